@@ -20,6 +20,11 @@ Row columns
     response_text object [N] decoded response (for inspection only, never trained on).
     observation  object [N]  the observation the env returned after this step.
 
+Optional row column
+    allowed      list [N] or None   per row None or the action-constrained positions
+                             [(k, allowed ids)] the sampler used (``gigpo.policy.constrain``);
+                             the trainer's log-prob passes apply the same masks.
+
 Trajectory columns (length T)
     traj_episode_id int64, traj_task_id object, traj_task_type object, traj_won bool,
     traj_score float32, traj_length int32, traj_failed bool (env fault, see envs.manager),
@@ -72,12 +77,15 @@ class StepBatch:
     traj_failed: np.ndarray
     traj_truncated: np.ndarray
     meta: dict = field(default_factory=dict)  # e.g. truncation counters from prompt building
+    allowed: list | None = None  # optional row column, see the module docstring
 
     def __post_init__(self) -> None:
         n = len(self.episode_id)
         for name in ROW_FIELDS:
             if len(getattr(self, name)) != n:
                 raise ValueError(f"StepBatch.{name} has {len(getattr(self, name))} rows, expected {n}")
+        if self.allowed is not None and len(self.allowed) != n:
+            raise ValueError(f"StepBatch.allowed has {len(self.allowed)} rows, expected {n}")
         t = len(self.traj_won)
         for name in TRAJ_FIELDS:
             if len(getattr(self, name)) != t:
@@ -100,7 +108,7 @@ class StepBatch:
         kw = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ROW_FIELDS:
+            if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
                 kw[f.name] = [v[i] for i in idx] if isinstance(v, list) else v[idx]
             else:
                 kw[f.name] = v

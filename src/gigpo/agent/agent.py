@@ -46,10 +46,13 @@ class Agent:
         history_length: K, the number of past (observation, action) pairs shown
             (default 2; 4 for search, GIGPO_SPEC s.7).
         max_prompt_tokens: longest prompt in tokens (spec scripts: 2048 / 4096).
+        constrain_actions: decode the ``<action>`` text only from the admissible actions
+            (``gigpo.policy.constrain``; an option, not the reference behaviour). Families whose
+            envs list no admissible actions (search) are left unconstrained.
     """
 
     def __init__(self, family: str, tokenizer, *, history_length: int | None = None,
-                 max_prompt_tokens: int = 2048) -> None:
+                 max_prompt_tokens: int = 2048, constrain_actions: bool = False) -> None:
         if family not in DEFAULT_HISTORY:
             raise ValueError(f"Agent: unknown env family {family!r}; known: {sorted(DEFAULT_HISTORY)}")
         k = DEFAULT_HISTORY[family] if history_length is None else history_length
@@ -61,6 +64,8 @@ class Agent:
         self.tokenizer = tokenizer
         self.history_length = k
         self.max_prompt_tokens = max_prompt_tokens
+        self.constrain_actions = constrain_actions
+        self._vocab = None
 
     # -- prompts ---------------------------------------------------------------------------
     def _wrap(self, message: str) -> str:
@@ -127,6 +132,17 @@ class Agent:
         ids = ids[:head] + ids[len(ids) - (limit - head):]
         text = self.tokenizer.decode(ids)
         return Prompt(ids, text, history_dropped=dropped, observation_truncated=True, hard_truncated=True)
+
+    def action_constraint(self, admissible_actions: Sequence[str] | None):
+        """The ``ActionConstraint`` for one step, or None (option off or no admissible list)."""
+        if not self.constrain_actions or not admissible_actions:
+            return None
+        if self._vocab is None:
+            from gigpo.policy.constrain import ActionVocab
+
+            self._vocab = ActionVocab(self.tokenizer)
+        # The parser lower-cases and strips the action text (spec s.6): allow the env's form of it.
+        return self._vocab.constraint([a.strip().lower() for a in admissible_actions])
 
     # -- responses -------------------------------------------------------------------------
     def parse(self, response_text: str) -> ParsedAction:

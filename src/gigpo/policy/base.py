@@ -22,11 +22,14 @@ class Generation:
     logprobs:  float32 [L] log-prob of each id under the sampling distribution (after
                            temperature / top-p), as the sampler drew it.
     finished:  bool        EOS was sampled (False: stopped at max_new_tokens).
+    allowed:   restricted positions [(k, allowed ids)] when sampled under an action constraint
+               (``gigpo.policy.constrain``); None otherwise.
     """
 
     token_ids: np.ndarray
     logprobs: np.ndarray
     finished: bool
+    allowed: list | None = None
 
 
 @dataclass
@@ -71,8 +74,13 @@ def token_logprobs(
     pad_token_id: int,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    allowed: Sequence | None = None,
 ):
     """Log-probs of ``responses`` given ``prompts`` in one right-padded forward pass.
+
+    ``allowed``: per row None or the restricted positions ``[(k, allowed ids)]`` recorded by an
+    action-constrained sampler (``gigpo.policy.constrain``); those positions use the distribution
+    renormalised over the allowed ids, as sampled.
 
     Differentiable (call under ``torch.no_grad()`` when no gradient is needed).
     Returns ``(logprobs [B, Lmax], entropy [B, Lmax] or None, mask [B, Lmax])`` where position k
@@ -104,6 +112,8 @@ def token_logprobs(
     pos = pos.to(device)
     sel = torch.gather(logits, 1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, Lmax, V)
     sel = sel.float() / temperature
+    if allowed is not None:
+        sel = _restrict(sel, allowed)
     logp_all = torch.log_softmax(sel, dim=-1)
     tgt_pos = torch.where(mask, start[:, None] + torch.arange(Lmax)[None, :], torch.zeros_like(pos.cpu())).to(device)
     targets = torch.gather(ids, 1, tgt_pos)  # (B, Lmax)
@@ -112,5 +122,25 @@ def token_logprobs(
     logp = logp * mask
     ent = None
     if with_entropy:
-        ent = -(logp_all.exp() * logp_all).sum(-1) * mask
+        p_all = logp_all.exp()
+        ent = -(p_all * logp_all.masked_fill(p_all == 0, 0.0)).sum(-1) * mask  # 0 * -inf = 0
     return logp, ent, mask.float()
+
+
+def _restrict(sel: torch.Tensor, allowed: Sequence) -> torch.Tensor:
+    """``sel`` [B, L, V] with the not-allowed logits of the restricted positions set to -inf."""
+    from gigpo.policy.constrain import block_mask
+
+    rows, ks, ids = [], [], []
+    for i, pos in enumerate(allowed):
+        for k, a in pos or ():
+            if k < sel.shape[1]:
+                rows.append(i)
+                ks.append(k)
+                ids.append(a)
+    if not rows:
+        return sel
+    r = torch.as_tensor(rows, device=sel.device)
+    k = torch.as_tensor(ks, device=sel.device)
+    block = block_mask(ids, sel.shape[-1]).to(sel.device)
+    return sel.index_put((r, k), sel[r, k].masked_fill(block, float("-inf")))

@@ -107,9 +107,16 @@ class HFGenerator:
         self.max_batch_size = max_batch_size
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """One response per prompt (token ids, chat template already applied); see module docstring."""
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 constraints: Sequence | None = None) -> list[Generation]:
+        """One response per prompt (token ids, chat template already applied); see module docstring.
+
+        ``constraints``: per prompt an ``ActionConstraint`` or None (``gigpo.policy.constrain``);
+        restricted positions are recorded in ``Generation.allowed``.
+        """
         check_params(params)
+        if constraints is not None and len(constraints) != len(prompts):
+            raise ValueError(f"generate: {len(constraints)} constraints for {len(prompts)} prompts")
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device)
         if params.seed is None:
@@ -124,14 +131,20 @@ class HFGenerator:
         self.model.eval()
         try:
             for s in range(0, len(prompts), step):
-                out += self._generate_chunk(prompts[s:s + step], params, gen, device)
+                cons = None if constraints is None else constraints[s:s + step]
+                out += self._generate_chunk(prompts[s:s + step], params, gen, device, cons)
         finally:
             self.model.train(was_training)
         return out
 
-    def _generate_chunk(self, prompts, params: SamplingParams, gen, device) -> list[Generation]:
+    def _generate_chunk(self, prompts, params: SamplingParams, gen, device, cons=None) -> list[Generation]:
         from transformers import DynamicCache
 
+        from gigpo.policy.constrain import block_mask
+
+        cons = list(cons) if cons is not None and any(c is not None for c in cons) else None
+        states = [c.start() if c is not None else None for c in cons] if cons is not None else None
+        allowed: list[list] = [[] for _ in prompts]
         B, T = len(prompts), int(params.max_new_tokens)
         ids, attn = left_pad(prompts, self.pad_id, device)  # (B, P)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, P) position of each token within its row
@@ -145,7 +158,14 @@ class HFGenerator:
                          use_cache=True, logits_to_keep=1)
         next_pos = pos[:, -1] + 1  # (b,)
         for t in range(T):
-            tok, lp = sample_next(res.logits[:, -1, :].float(), params.temperature, params.top_p, gen)
+            logits = res.logits[:, -1, :].float()
+            if states is not None:
+                logits = self._restrict(logits, rows, t, cons, states, allowed, block_mask)
+            tok, lp = sample_next(logits, params.temperature, params.top_p, gen)
+            if states is not None:
+                for r, k in zip(rows.tolist(), tok.tolist()):
+                    if cons[r] is not None:
+                        cons[r].advance(states[r], k)
             out_ids[rows, t] = tok
             out_lp[rows, t] = lp
             done = torch.isin(tok, eos)
@@ -163,17 +183,39 @@ class HFGenerator:
             res = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
                              cache=cache, use_cache=True)
             next_pos = next_pos + 1
-        return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu())
+        return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu(),
+                               allowed if states is not None else None)
+
+    def _restrict(self, logits, rows, t, cons, states, allowed, block_mask):
+        """Mask the logits of rows whose next token is restricted; record (t, ids) per such row."""
+        sel, ids_list = [], []
+        for j, r in enumerate(rows.tolist()):
+            if cons[r] is None:
+                continue
+            ids = cons[r].allowed(states[r], self.eos_ids)
+            if ids is not None:
+                sel.append(j)
+                ids_list.append(ids)
+                allowed[r].append((t, ids))
+        if not sel:
+            return logits
+        block = block_mask(ids_list, logits.shape[-1]).to(logits.device)
+        idx = torch.as_tensor(sel, device=logits.device)
+        logits = logits.clone()
+        logits[idx] = logits[idx].masked_fill(block, float("-inf"))
+        return logits
 
 
-def _to_generations(out_ids: torch.Tensor, out_lp: torch.Tensor, finished: torch.Tensor) -> list[Generation]:
+def _to_generations(out_ids: torch.Tensor, out_lp: torch.Tensor, finished: torch.Tensor,
+                    allowed: list | None = None) -> list[Generation]:
     """Rows of -1-padded ids [B, T] and log-probs [B, T] -> ``Generation`` list."""
     gens = []
     for i in range(out_ids.shape[0]):
         n = int((out_ids[i] >= 0).sum())
         gens.append(Generation(token_ids=out_ids[i, :n].numpy().astype(np.int32),
                                logprobs=out_lp[i, :n].numpy().astype(np.float32),
-                               finished=bool(finished[i])))
+                               finished=bool(finished[i]),
+                               allowed=allowed[i] if allowed is not None else None))
     return gens
 
 

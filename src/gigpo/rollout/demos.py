@@ -20,7 +20,8 @@ def collect_expert_demos(
     max_steps: int,
     env_kwargs: dict | None = None,
     only_won: bool = True,
-) -> list[tuple[np.ndarray, np.ndarray]]:
+    with_allowed: bool = False,
+) -> list[tuple]:
     """(prompt_ids, response_ids) pairs of the env expert playing ``tasks``.
 
     Each step's prompt is built exactly as ``rollout`` builds it (same agent, same history of
@@ -29,6 +30,9 @@ def collect_expert_demos(
     Episodes the expert does not win within ``max_steps`` are left out when ``only_won``.
 
     Returns a list of (int32 [P], int32 [R]) arrays, episodes in task order, steps in time order.
+    ``with_allowed``: triples instead, the third item the restricted positions an action-constrained
+    sampler would have used for that response (``agent.action_constraint``; None when off), so the
+    SFT loss can use the same renormalised distribution the rollout samples from.
     """
     if agent.family != family:
         raise ValueError(f"collect_expert_demos: agent is for {agent.family!r}, env family is {family!r}")
@@ -52,7 +56,11 @@ def collect_expert_demos(
                 text = format_expert_response(family, env.expert_action())
                 action = agent.parse(text).action
                 resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
-                episode.append((np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32)))
+                row = (np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
+                if with_allowed:
+                    c = agent.action_constraint(info.get("admissible_actions"))
+                    row += (c.positions(resp, [eos]) if c is not None else None,)
+                episode.append(row)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)
                 if done:

@@ -74,7 +74,7 @@ def rollout(
     task_text = [info.get("instruction") or obs for obs, info in reset]
     memory = Memory(n_slots)
     searches = [0] * n_slots
-    rows: dict[str, list] = {k: [] for k in ROW_FIELDS}
+    rows: dict[str, list] = {k: [] for k in ROW_FIELDS + ("allowed",)}
     meta = {"family": agent.family, "history_dropped": 0, "observation_truncated": 0,
             "prompt_hard_truncated": 0, "prompts": 0, "generated_tokens": 0,
             "time_reset_s": time.perf_counter() - t0, "time_prompt_s": 0.0, "time_generate_s": 0.0,
@@ -97,7 +97,11 @@ def rollout(
         meta["prompts"] += len(prompts)
         step_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + t)
         tg = time.perf_counter()
-        gens = generator.generate([p.ids for p in prompts], step_params)
+        cons = [agent.action_constraint(cur[s][1].get("admissible_actions")) for s in active]
+        if any(c is not None for c in cons):
+            gens = generator.generate([p.ids for p in prompts], step_params, constraints=cons)
+        else:
+            gens = generator.generate([p.ids for p in prompts], step_params)
         te = time.perf_counter()
         if len(gens) != len(prompts):
             raise RuntimeError(f"generator returned {len(gens)} responses for {len(prompts)} prompts")
@@ -120,6 +124,7 @@ def rollout(
             rows["prompt_ids"].append(np.asarray(p.ids, dtype=np.int32))
             rows["response_ids"].append(np.asarray(g.token_ids, dtype=np.int32))
             rows["logprobs"].append(np.asarray(g.logprobs, dtype=np.float32))
+            rows["allowed"].append(getattr(g, "allowed", None) or None)
             rows["action"].append(pa.action)
             rows["response_text"].append(text if record_text else "")
             rows["observation"].append(tr.observation if record_text else "")
@@ -164,6 +169,7 @@ def rollout(
         traj_failed=np.asarray([bool(r.failed) for r in results], dtype=bool),
         traj_truncated=np.asarray([bool(r.truncated) or r.slot in still_running for r in results], dtype=bool),
         meta=meta,
+        allowed=take("allowed") if any(a is not None for a in rows["allowed"]) else None,
     )
 
 

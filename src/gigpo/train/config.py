@@ -114,6 +114,9 @@ class RolloutConfig:
     reuse_sampling_logprobs: bool = F(False, "use the sampler's log-probs as old log-probs (skips a forward "
                                       "pass per row; exact when top_p = 1, as the sampler and the update "
                                       "then use the same tempered distribution)")
+    constrain_actions: bool = F(False, "decode the <action> text only from the env's admissible actions "
+                                "(a trie mask over the action tokens; log-probs everywhere use the same "
+                                "masks). Off = the reference: free text, invalid actions penalised")
 
     def __post_init__(self):
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")

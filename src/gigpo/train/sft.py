@@ -22,7 +22,8 @@ from gigpo.policy.base import token_logprobs
 from gigpo.train.loss import token_budget_microbatches
 
 
-def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: float = 0.0) -> tuple[torch.Tensor, int]:
+def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: float = 0.0,
+             allowed=None) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood over response tokens, plus ``prompt_weight`` x the mean NLL
     of the prompt tokens (0 = response tokens only, the usual SFT loss).
 
@@ -30,10 +31,14 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
     (copy receptacle and object names from the observation and the admissible actions); a row
     has ~20x more prompt than response tokens, so next-token loss on the prompt gives that
     signal at no extra forward cost.
+    ``allowed``: per row the action-constrained positions (see ``gigpo.policy.constrain``); their
+    NLL is under the distribution renormalised over the allowed ids, as the rollout samples.
     Returns (loss scalar, number of response tokens).
     """
+    if prompt_weight > 0 and allowed is not None and any(allowed):
+        raise ValueError("sft.prompt_loss_weight > 0 is not supported with rollout.constrain_actions")
     if prompt_weight <= 0:
-        logp, _, mask = token_logprobs(model, prompts, responses, pad_token_id=pad_token_id)
+        logp, _, mask = token_logprobs(model, prompts, responses, pad_token_id=pad_token_id, allowed=allowed)
         n = int(mask.sum())
         return -(logp * mask).sum() / max(n, 1), n
     from gigpo.policy.base import pad_rows
@@ -55,7 +60,7 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
 def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_token_id: int,
               token_budget: int = 16384, seed: int = 0, progress: bool = False,
               prompt_weight: float = 0.0) -> list[float]:
-    """Train ``model`` on ``demos`` (list of (prompt_ids, response_ids)); returns loss per step."""
+    """Train ``model`` on ``demos`` (list of (prompt_ids, response_ids[, allowed])); returns loss per step."""
     if not demos:
         raise ValueError("SFT got no demonstrations; raise sft.episodes or check the env's expert")
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
@@ -76,8 +81,10 @@ def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_toke
             step_loss = 0.0
             for mb in mbs:
                 idx = [rows[j] for j in mb]
+                allowed = [demos[i][2] if len(demos[i]) > 2 else None for i in idx]
                 loss, n = sft_loss(model, [demos[i][0] for i in idx], [demos[i][1] for i in idx],
-                                   pad_token_id=pad_token_id, prompt_weight=prompt_weight)
+                                   pad_token_id=pad_token_id, prompt_weight=prompt_weight,
+                                   allowed=allowed if any(a is not None for a in allowed) else None)
                 # weight by tokens so the step is a token mean over the whole batch
                 (loss * n / total_tokens).backward()
                 step_loss += float(loss.detach()) * n / total_tokens
@@ -110,6 +117,8 @@ def sft_key(cfg) -> str:
              "max_steps": cfg.env.max_steps, "history": cfg.env.history_length,
              "prompt": cfg.rollout.max_prompt_tokens, "seed": cfg.seed, "task_seed": cfg.env.task_seed,
              "version": 1}
+    if cfg.rollout.constrain_actions:  # changes the SFT loss; old keys stay valid when off
+        parts["constrain_actions"] = True
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -124,11 +133,13 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
     agent = Agent(cfg.env.family, tok, history_length=cfg.env.history_length,
-                  max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+                  max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+                  constrain_actions=cfg.rollout.constrain_actions)
     tasks = make_tasks(cfg.env.family, "train", n=cfg.sft.episodes, seed=cfg.env.task_seed + 7919,
                        **cfg.env.task_kwargs)
     demos = collect_expert_demos(cfg.env.family, tasks, tok, agent, max_steps=cfg.env.max_steps,
-                                 env_kwargs=cfg.env.kwargs)
+                                 env_kwargs=cfg.env.kwargs,
+                                 with_allowed=cfg.rollout.constrain_actions)
     losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
                        pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
                        prompt_weight=cfg.sft.prompt_loss_weight)

@@ -126,7 +126,8 @@ class Trainer:
             self.ref_model.eval().requires_grad_(False)
         self.generator = HFGenerator(self.model, self.tokenizer)
         self.agent = Agent(cfg.env.family, self.tokenizer, history_length=cfg.env.history_length,
-                           max_prompt_tokens=cfg.rollout.max_prompt_tokens)
+                           max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+                           constrain_actions=cfg.rollout.constrain_actions)
         e = cfg.env
         self.train_pool = make_tasks(e.family, "train", n=e.train_tasks or None, seed=e.task_seed, **e.task_kwargs)
         self.eval_pool = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
@@ -201,14 +202,16 @@ class Trainer:
         times["time/advantage"] = time.perf_counter() - t0
         prompts, responses = batch.prompt_ids, batch.response_ids
         adv_rows, old_sampled = res.advantages, list(batch.logprobs)
+        allowed = batch.allowed
         if cfg.train.skip_zero_advantage_rows:
             # Rows with A = 0 give -A * ratio = 0: no gradient, only a smaller token mean. Leaving
             # them out skips their forward/backward (config validation ensures no KL/entropy term).
             keep = np.flatnonzero(np.abs(np.asarray(res.advantages)) > 1e-8)
             prompts, responses = [prompts[i] for i in keep], [responses[i] for i in keep]
             adv_rows, old_sampled = np.asarray(res.advantages)[keep], [old_sampled[i] for i in keep]
+            allowed = [allowed[i] for i in keep] if allowed is not None else None
         lp_kw = dict(pad_token_id=self.tokenizer.pad_token_id, temperature=cfg.rollout.temperature,
-                     token_budget=cfg.train.micro_token_budget)
+                     token_budget=cfg.train.micro_token_budget, allowed=allowed)
         t0 = time.perf_counter()
         old = (old_sampled if cfg.rollout.reuse_sampling_logprobs
                else batched_logprobs(self.model, prompts, responses, **lp_kw))
@@ -217,8 +220,8 @@ class Trainer:
         ref = batched_logprobs(self.ref_model, prompts, responses, **lp_kw) if self.ref_model is not None else None
         times["time/ref_logprob"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        upd = self.updater.update(prompts, responses, adv_rows, old, ref,
-                                  seed=iteration_seed(cfg.seed, it, 3)) if len(prompts) else {}
+        upd = self.updater.update(prompts, responses, adv_rows, old, ref, seed=iteration_seed(cfg.seed, it, 3),
+                                  allowed=allowed) if len(prompts) else {}
         times["time/update"] = time.perf_counter() - t0
         times["time/iteration"] = time.perf_counter() - t_it
         _debug_kill(it, "after_update")

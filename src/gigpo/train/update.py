@@ -39,15 +39,17 @@ def _pad(seqs, idx, width: int, device) -> torch.Tensor:
 
 @torch.no_grad()
 def batched_logprobs(model, prompts, responses, *, pad_token_id: int, temperature: float,
-                     token_budget: int) -> list[np.ndarray]:
-    """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches."""
+                     token_budget: int, allowed=None) -> list[np.ndarray]:
+    """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
+    ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None."""
     was_training = model.training
     model.eval()
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
     for mb in token_budget_microbatches(lengths, token_budget):
         lp, _, _ = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                  pad_token_id=pad_token_id, temperature=temperature)
+                                  pad_token_id=pad_token_id, temperature=temperature,
+                                  allowed=[allowed[i] for i in mb] if allowed is not None else None)
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
             out[i] = lp[j, : len(responses[i])].copy()
@@ -93,8 +95,10 @@ class PolicyUpdater:
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_updates = state["bad_updates"]
 
-    def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0) -> dict:
-        """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md)."""
+    def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0,
+               allowed=None) -> dict:
+        """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md).
+        ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None."""
         cfg, model = self.cfg, self.model
         model.train()
         n = len(prompts)
@@ -106,7 +110,7 @@ class PolicyUpdater:
             order = rng.permutation(n)
             for start in range(0, n, cfg.mini_batch_rows):
                 rows = order[start: start + cfg.mini_batch_rows]
-                ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc)
+                ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed)
                 skipped += 0 if ok else 1
         self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in acc.items()}
@@ -114,7 +118,7 @@ class PolicyUpdater:
         out["lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
-    def _step(self, rows, prompts, responses, adv, old_logp, ref_logp, acc) -> bool:
+    def _step(self, rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed=None) -> bool:
         cfg, model, dev = self.cfg, self.model, next(self.model.parameters()).device
         lengths = [len(prompts[i]) + len(responses[i]) for i in rows]
         mbs = [[rows[j] for j in mb] for mb in token_budget_microbatches(lengths, cfg.micro_token_budget)]
@@ -123,7 +127,8 @@ class PolicyUpdater:
         for mb in mbs:
             lp, ent, mask = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
                                            pad_token_id=self.pad_token_id, temperature=self.temperature,
-                                           with_entropy=cfg.entropy_coef > 0)
+                                           with_entropy=cfg.entropy_coef > 0,
+                                           allowed=[allowed[i] for i in mb] if allowed is not None else None)
             width = lp.shape[1]
             old = _pad(old_logp, mb, width, dev)
             ref = _pad(ref_logp, mb, width, dev) if ref_logp is not None else None

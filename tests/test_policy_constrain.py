@@ -1,0 +1,117 @@
+"""Admissible-action decoding: the trie, the sampler under it, and log-probs that match it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gigpo.policy import HFGenerator, SamplingParams, load_policy, token_logprobs
+from gigpo.policy.constrain import ActionVocab
+from gigpo.policy.generate import default_eos_ids
+from gigpo.train.sft import sft_loss
+
+torch.set_num_threads(1)
+
+ACTIONS = ["go to drawer 1", "go to drawer 10", "go to desk 1", "take mug 2 from desk 1", "look"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return load_policy("tiny", cache_dir=str(tmp_path_factory.getbasetemp() / "gigpo-cache"), device="cpu")
+
+
+def _prompt(tok, text="Your task is to: put a mug in desk."):
+    return tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)["input_ids"]
+
+
+def test_positions_follow_the_trie_after_the_open_tag(tiny):
+    _, tok = tiny
+    eos = [tok.eos_token_id]
+    c = ActionVocab(tok).constraint(ACTIONS)
+    text = "<think>the mug is on the desk</think><action>go to drawer 1</action>"
+    resp = list(tok(text, add_special_tokens=False)["input_ids"]) + eos
+    pos = c.positions(resp, eos)
+    action_at = resp.index(tok.convert_tokens_to_ids("<action>"))
+    assert pos[0][0] == action_at + 1  # free text up to and including the open tag
+    assert [k for k, _ in pos] == list(range(action_at + 1, len(resp)))
+    first = {tok(a, add_special_tokens=False)["input_ids"][0] for a in ACTIONS}
+    assert set(pos[0][1].tolist()) == first
+    for k, ids in pos:
+        assert resp[k] in ids.tolist()
+    assert pos[-1][1].tolist() == eos  # after the close tag only EOS
+    # "drawer 1" is a prefix of "drawer 10": after its "1" both the "0" and the close tag are allowed
+    assert len(pos[-2][1]) == 2
+
+
+def test_an_action_outside_the_list_leaves_the_trie(tiny):
+    _, tok = tiny
+    c = ActionVocab(tok).constraint(ACTIONS)
+    resp = list(tok("<think>x</think><action>go to sofa 1</action>", add_special_tokens=False)["input_ids"])
+    pos = c.positions(resp, [tok.eos_token_id])
+    assert 0 < len(pos) < len(resp)  # restricted until "sofa" left the trie, free afterwards
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_stays_in_the_list_and_log_probs_match_a_masked_forward_pass(tiny, temperature):
+    model, tok = tiny
+    vocab = ActionVocab(tok, open_tag=None)  # restricted from the first token: a random model obeys too
+    lists = [ACTIONS, ["look", "inventory"], None, ["open drawer 3", "go to shelf 12", "examine shelf 12"]]
+    cons = [vocab.constraint(a) if a else None for a in lists]
+    prompts = [_prompt(tok, t) for t in ["a", "b c", "d e f", "go to"]]
+    gen = HFGenerator(model, tok)
+    gens = gen.generate(prompts, SamplingParams(temperature=temperature, max_new_tokens=24, seed=5), constraints=cons)
+    eos = gen.eos_ids
+    for g, a, c in zip(gens, lists, cons):
+        if a is None:
+            assert not g.allowed
+            continue
+        assert g.finished and g.token_ids[-1] in eos
+        text = tok.decode(g.token_ids[:-1])
+        assert text in {x + "</action>" for x in a}
+        want = c.positions(list(g.token_ids), eos)
+        assert [k for k, _ in g.allowed] == [k for k, _ in want]
+        assert all(set(x.tolist()) == set(y.tolist()) for (_, x), (_, y) in zip(g.allowed, want))
+    with torch.no_grad():
+        lp, _, _ = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
+                                  pad_token_id=tok.pad_token_id, temperature=temperature,
+                                  allowed=[g.allowed for g in gens])
+        free, _, _ = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
+                                    pad_token_id=tok.pad_token_id, temperature=temperature)
+    for i, g in enumerate(gens):
+        np.testing.assert_allclose(g.logprobs, lp[i, : len(g.token_ids)].numpy(), atol=1e-4)
+        if g.allowed:  # renormalised over fewer ids: every restricted log-prob is higher
+            assert (lp[i, : len(g.token_ids)] >= free[i, : len(g.token_ids)] - 1e-6).all()
+            assert (lp[i, : len(g.token_ids)] > free[i, : len(g.token_ids)] + 1e-3).any()
+
+
+def test_a_forced_token_has_log_prob_zero_and_no_entropy(tiny):
+    model, tok = tiny
+    p = [np.asarray(_prompt(tok))]
+    r = [np.asarray(tok("look", add_special_tokens=False)["input_ids"] + [tok.eos_token_id])]
+    allowed = [[(0, np.asarray([r[0][0]])), (1, np.asarray([r[0][1], 7, 9]))]]
+    lp, ent, _ = token_logprobs(model, p, r, pad_token_id=tok.pad_token_id, with_entropy=True, allowed=allowed)
+    assert float(lp[0, 0].detach()) == 0.0 and float(ent[0, 0].detach()) == 0.0
+    assert torch.isfinite(ent).all() and 0 < float(ent[0, 1]) <= np.log(3) + 1e-5
+    lp.sum().backward()  # gradients stay finite through the -inf logits
+    assert all(torch.isfinite(q.grad).all() for q in model.parameters() if q.grad is not None)
+    model.zero_grad(set_to_none=True)
+
+
+def test_sft_loss_under_the_mask_is_at_most_the_free_loss(tiny):
+    model, tok = tiny
+    eos = [tok.eos_token_id]
+    c = ActionVocab(tok).constraint(ACTIONS)
+    texts = ["<think>a</think><action>look</action>", "<think>b</think><action>go to desk 1</action>"]
+    R = [np.asarray(list(tok(t, add_special_tokens=False)["input_ids"]) + eos) for t in texts]
+    P = [np.asarray(_prompt(tok))] * 2
+    with torch.no_grad():
+        free, n = sft_loss(model, P, R, pad_token_id=tok.pad_token_id)
+        masked, n2 = sft_loss(model, P, R, pad_token_id=tok.pad_token_id,
+                              allowed=[c.positions(list(r), eos) for r in R])
+    assert n == n2 and float(masked) < float(free)
+
+
+def test_default_eos_ids_close_a_constrained_response(tiny):
+    model, tok = tiny
+    assert tok.eos_token_id in default_eos_ids(model, tok)
