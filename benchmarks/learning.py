@@ -6,7 +6,8 @@ family's ``configs/<family>_tiny.yaml``, read at run time); only the advantage e
 Runs are ``gigpo train`` subprocesses (one torch thread each, ``--jobs`` at a time), so a killed
 comparison continues where it stopped: complete runs are skipped, partial ones ``--resume``.
 
-    python benchmarks/learning.py                       # full ALFWorld comparison (~90 min, 2 cores)
+    python benchmarks/learning.py                       # full ALFWorld comparison (~2 h, 2 cores)
+    python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~40 min)
     python benchmarks/learning.py --family webshop
     python benchmarks/learning.py --quick --out /tmp/x  # smoke run of a few minutes
     python benchmarks/learning.py --report-only         # rebuild docs/results.md from docs/results/
@@ -51,11 +52,12 @@ VARIANTS = {
 CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo")
 
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
-# every variant). Measured on the shared 2-core machine with two runs in parallel: an ALFWorld
-# iteration of the base config (4 tasks x 4 rollouts x 20 steps = 320 rows) takes ~150 s and a
-# 24-task eval ~100 s, so 6 variants x 3 seeds fit ~90 min at 3 iterations (eval before and after).
+# every variant). ALFWorld: the default job's budget (10 iterations of 8 tasks x 4 rollouts, 48
+# held-out tasks before and after); measured on the shared 2-core machine with two runs in
+# parallel, an iteration takes ~60 s and an eval ~70 s, i.e. ~13 min per run: the two headline
+# variants x 3 seeds fit ~40 min, all six variants ~2 h.
 FULL = {
-    "alfworld": {"iterations": 3, "eval_every": 3, "overrides": ["env.eval_tasks=24"]},
+    "alfworld": {"iterations": 10, "eval_every": 10, "overrides": []},
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
 }
 # --quick: a pipeline smoke run (minutes), not a result.
@@ -68,7 +70,7 @@ QUICK = {"iterations": 1, "eval_every": 1,
 COMMON = ["log.progress=false", "log.tensorboard=false", "log.trajectories_every=0", "log.save_every=1",
           "train.torch_threads=1"]
 # Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine).
-DEFAULT_COST = {"alfworld": {"iteration": 150.0, "eval": 100.0, "startup": 40.0},
+DEFAULT_COST = {"alfworld": {"iteration": 60.0, "eval": 70.0, "startup": 40.0},
                 "webshop": {"iteration": 60.0, "eval": 30.0, "startup": 30.0}}
 
 
