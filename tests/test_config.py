@@ -110,3 +110,10 @@ def test_skip_zero_advantage_rows_needs_no_kl_and_no_entropy():
         load_config(None, ["train.skip_zero_advantage_rows=true", "train.use_kl=false"])
     cfg = load_config(None, ["train.skip_zero_advantage_rows=true", "train.use_kl=false", "train.entropy_coef=0"])
     assert cfg.train.skip_zero_advantage_rows
+
+
+def test_prompt_loss_with_constrained_actions_fails_at_load_time():
+    with pytest.raises(ConfigError, match="sft.prompt_loss_weight"):
+        load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true", "sft.prompt_loss_weight=0.5"])
+    load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true"])  # weight 0: fine
+    load_config(None, ["sft.enabled=true", "sft.prompt_loss_weight=0.5"])  # no constraint: fine

@@ -129,7 +129,7 @@ def token_logprobs(
 
 def _restrict(sel: torch.Tensor, allowed: Sequence) -> torch.Tensor:
     """``sel`` [B, L, V] with the not-allowed logits of the restricted positions set to -inf."""
-    from gigpo.policy.constrain import block_mask
+    from gigpo.policy.constrain import mask_logits
 
     rows, ks, ids = [], [], []
     for i, pos in enumerate(allowed):
@@ -142,5 +142,4 @@ def _restrict(sel: torch.Tensor, allowed: Sequence) -> torch.Tensor:
         return sel
     r = torch.as_tensor(rows, device=sel.device)
     k = torch.as_tensor(ks, device=sel.device)
-    block = block_mask(ids, sel.shape[-1]).to(sel.device)
-    return sel.index_put((r, k), sel[r, k].masked_fill(block, float("-inf")))
+    return sel.index_put((r, k), mask_logits(sel[r, k], ids))

@@ -116,11 +116,11 @@ class _State:
     node: dict = field(default_factory=dict)
 
 
-def block_mask(allowed_ids: Sequence[np.ndarray], vocab_size: int):
-    """Bool tensor [n, V]: True where a token is NOT allowed (to fill with -inf)."""
+def mask_logits(logits, allowed_ids: Sequence[np.ndarray]):
+    """``logits`` [n, V] with every id outside row i's ``allowed_ids[i]`` set to -inf (a copy)."""
     import torch
 
-    mask = torch.ones((len(allowed_ids), vocab_size), dtype=torch.bool)
+    block = torch.ones(logits.shape, dtype=torch.bool)
     for i, ids in enumerate(allowed_ids):
-        mask[i, torch.as_tensor(ids, dtype=torch.long)] = False
-    return mask
+        block[i, torch.as_tensor(ids, dtype=torch.long)] = False
+    return logits.masked_fill(block.to(logits.device), float("-inf"))

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gigpo.policy.base import Generation, SamplingParams
+from gigpo.policy.constrain import mask_logits
 
 
 def default_eos_ids(model, tokenizer) -> list[int]:
@@ -140,8 +141,6 @@ class HFGenerator:
     def _generate_chunk(self, prompts, params: SamplingParams, gen, device, cons=None) -> list[Generation]:
         from transformers import DynamicCache
 
-        from gigpo.policy.constrain import block_mask
-
         cons = list(cons) if cons is not None and any(c is not None for c in cons) else None
         states = [c.start() if c is not None else None for c in cons] if cons is not None else None
         allowed: list[list] = [[] for _ in prompts]
@@ -160,7 +159,7 @@ class HFGenerator:
         for t in range(T):
             logits = res.logits[:, -1, :].float()
             if states is not None:
-                logits = self._restrict(logits, rows, t, cons, states, allowed, block_mask)
+                logits = self._restrict(logits, rows, t, cons, states, allowed)
             tok, lp = sample_next(logits, params.temperature, params.top_p, gen)
             if states is not None:
                 for r, k in zip(rows.tolist(), tok.tolist()):
@@ -186,7 +185,7 @@ class HFGenerator:
         return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu(),
                                allowed if states is not None else None)
 
-    def _restrict(self, logits, rows, t, cons, states, allowed, block_mask):
+    def _restrict(self, logits, rows, t, cons, states, allowed):
         """Mask the logits of rows whose next token is restricted; record (t, ids) per such row."""
         sel, ids_list = [], []
         for j, r in enumerate(rows.tolist()):
@@ -199,10 +198,9 @@ class HFGenerator:
                 allowed[r].append((t, ids))
         if not sel:
             return logits
-        block = block_mask(ids_list, logits.shape[-1]).to(logits.device)
         idx = torch.as_tensor(sel, device=logits.device)
         logits = logits.clone()
-        logits[idx] = logits[idx].masked_fill(block, float("-inf"))
+        logits[idx] = mask_logits(logits[idx], ids_list)
         return logits
 
 

@@ -124,7 +124,7 @@ def rollout(
             rows["prompt_ids"].append(np.asarray(p.ids, dtype=np.int32))
             rows["response_ids"].append(np.asarray(g.token_ids, dtype=np.int32))
             rows["logprobs"].append(np.asarray(g.logprobs, dtype=np.float32))
-            rows["allowed"].append(getattr(g, "allowed", None) or None)
+            rows["allowed"].append(g.allowed or None)
             rows["action"].append(pa.action)
             rows["response_text"].append(text if record_text else "")
             rows["observation"].append(tr.observation if record_text else "")
