@@ -142,6 +142,13 @@ def test_overflow_hard_truncation_never_crashes_and_counts(tokenizer):
     assert p.ids[-3:] == agent.build_prompt("t", "o").ids[-3:]  # generation prompt kept at the end
 
 
+@pytest.mark.parametrize("family", ["alfworld", "webshop", "search"])
+def test_repeat_task_ends_the_prompt_with_the_task(family):
+    plain = render_prompt(family, "find a mug", "obs", admissible_actions=["look"])
+    again = render_prompt(family, "find a mug", "obs", admissible_actions=["look"], repeat_task=True)
+    assert again.startswith(plain) and again.endswith(", again: find a mug") and "again" not in plain
+
+
 def test_render_prompt_omits_history_block_at_step_zero():
     t = render_prompt("webshop", "buy shoes", "WebShop [SEP] Search", admissible_actions=["search[<query>]"])
     assert "step(s) so far" not in t and "'search[<query>]'" in t
@@ -159,6 +166,19 @@ def test_expert_response_parses_back_to_a_valid_action(family, action):
     p = parse_action(family, text)
     assert p.valid and p.action == action.lower()
     assert text.startswith("<think>") and len(text) < 200
+
+
+@pytest.mark.parametrize("family,action", [
+    ("alfworld", "Take Apple 1 from countertop 1"), ("webshop", "click[buy now]"),
+    ("search", "<think>I need x</think><search>author of x</search>"), ("search", "<answer>paris</answer>"),
+])
+def test_empty_think_responses_stay_valid_and_keep_the_action(family, action):
+    text = format_expert_response(family, action, think="empty")
+    assert text.startswith("<think></think>") and text.count("<think>") == 1
+    p, ref = parse_action(family, text), parse_action(family, format_expert_response(family, action))
+    assert p.valid and p.action == ref.action
+    with pytest.raises(ValueError, match="think must be one of"):
+        format_expert_response(family, action, think="short")
 
 
 def test_search_expert_response_keeps_tags_and_adds_think():

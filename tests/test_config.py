@@ -78,7 +78,7 @@ def test_wrong_type_names_key():
     ("algorithm.estimator=gipo", "gigpo"), ("algorithm.gamma=1.5", "algorithm.gamma"),
     ("train.kl_type=lowvar_kl", "low_var_kl"), ("train.dual_clip_c=0.5", "dual_clip_c"),
     ("env.family=alfwrld", "alfworld"), ("train.loss_agg_mode=token_mean", "token-mean"),
-    ("env.group_size=0", "env.group_size"),
+    ("env.group_size=0", "env.group_size"), ("sft.think=none", "sft.think"),
 ])
 def test_invalid_values_rejected_up_front(override, key):
     with pytest.raises(ConfigError, match=key):
@@ -117,3 +117,11 @@ def test_prompt_loss_with_constrained_actions_fails_at_load_time():
         load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true", "sft.prompt_loss_weight=0.5"])
     load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true"])  # weight 0: fine
     load_config(None, ["sft.enabled=true", "sft.prompt_loss_weight=0.5"])  # no constraint: fine
+
+
+def test_sft_cache_key_changes_with_think_style_only_when_not_default():
+    from gigpo.train.sft import sft_key
+
+    base = load_config(None, [])
+    assert sft_key(base) == sft_key(load_config(None, ["sft.think=reason"]))
+    assert sft_key(base) != sft_key(load_config(None, ["sft.think=empty"]))

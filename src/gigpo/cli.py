@@ -82,7 +82,7 @@ def cmd_eval(argv) -> int:
     _threads(cfg)
     import json
 
-    from gigpo.agent import Agent
+    from gigpo.train.config import build_agent
     from gigpo.envs import make_tasks
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.policy.base import SamplingParams
@@ -95,8 +95,7 @@ def cmd_eval(argv) -> int:
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
     envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor)
-    agent = Agent(e.family, tok, history_length=e.history_length, max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                  constrain_actions=cfg.rollout.constrain_actions)
+    agent = build_agent(cfg, tok)
     params = SamplingParams(temperature=cfg.rollout.eval_temperature, top_p=cfg.rollout.top_p,
                             max_new_tokens=cfg.rollout.max_response_tokens, seed=cfg.seed)
     _, m = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)

@@ -49,10 +49,13 @@ class Agent:
         constrain_actions: decode the ``<action>`` text only from the admissible actions
             (``gigpo.policy.constrain``; an option, not the reference behaviour). Families whose
             envs list no admissible actions (search) are left unconstrained.
+        repeat_task: repeat the task at the end of the prompt (``render_prompt``; an option, not
+            the reference prompt).
     """
 
     def __init__(self, family: str, tokenizer, *, history_length: int | None = None,
-                 max_prompt_tokens: int = 2048, constrain_actions: bool = False) -> None:
+                 max_prompt_tokens: int = 2048, constrain_actions: bool = False,
+                 repeat_task: bool = False) -> None:
         if family not in DEFAULT_HISTORY:
             raise ValueError(f"Agent: unknown env family {family!r}; known: {sorted(DEFAULT_HISTORY)}")
         k = DEFAULT_HISTORY[family] if history_length is None else history_length
@@ -65,6 +68,7 @@ class Agent:
         self.history_length = k
         self.max_prompt_tokens = max_prompt_tokens
         self.constrain_actions = constrain_actions
+        self.repeat_task = repeat_task
         self._vocab = None
 
     # -- prompts ---------------------------------------------------------------------------
@@ -102,7 +106,8 @@ class Agent:
 
         def render(hist, obs):
             return self._encode(render_prompt(self.family, task, obs, history=hist, step=step,
-                                              admissible_actions=admissible_actions))
+                                              admissible_actions=admissible_actions,
+                                              repeat_task=self.repeat_task))
 
         limit = self.max_prompt_tokens
         text, ids = render(shown, observation)

@@ -50,13 +50,32 @@ def _webshop_reason(action: str) -> str:
     return "This action moves the purchase forward."
 
 
-def format_expert_response(family: str, action: str) -> str:
+THINK_STYLES = ("reason", "empty")
+
+
+def format_expert_response(family: str, action: str, *, think: str = "reason") -> str:
     """The response text for an expert ``action`` of env ``family``.
 
     ALFWorld/WebShop: ``<think>reason</think><action>action</action>`` (action lower-cased, as the
     parser lower-cases). Search: the expert's text already has its ``<search>``/``<answer>`` tag;
     a short ``<think>`` is prepended when it has none.
+
+    ``think="empty"``: ``<think></think>`` instead of the reason (still a valid response, spec s.6).
+    A model that cannot yet read its prompt writes reasons unrelated to its action (the reason names
+    the action's target, so it *is* the decision, made without the admissible-action mask); an empty
+    one leaves every decision to the action text, where ``rollout.constrain_actions`` applies.
     """
+    if think not in THINK_STYLES:
+        raise ValueError(f"think must be one of {THINK_STYLES}, got {think!r}")
+    if think == "empty":
+        if family == "search":
+            action = re.sub(r"<think>.*?</think>", "", action, flags=re.IGNORECASE | re.DOTALL).strip()
+            if not re.search(r"<(search|answer)>", action, re.IGNORECASE):
+                raise ValueError(f"search expert action must hold a <search> or <answer> block, got {action!r}")
+            return f"<think></think>{action}"
+        if family not in ("alfworld", "webshop"):
+            raise ValueError(f"no expert format for env family {family!r}; known: alfworld, webshop, search")
+        return f"<think></think><action>{action.strip().lower()}</action>"
     if family == "search":
         if "<think>" in action:
             return action

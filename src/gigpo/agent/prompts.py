@@ -60,6 +60,7 @@ def render_prompt(
     history: Sequence[tuple[str, str]] = (),
     step: int = 0,
     admissible_actions: Sequence[str] | None = None,
+    repeat_task: bool = False,
 ) -> str:
     """The user-message text of one step's prompt.
 
@@ -71,6 +72,10 @@ def render_prompt(
         step: steps taken so far in this trajectory (0 at reset).
         admissible_actions: listed when given and non-empty (ALFWorld's ``help`` is left out,
             as verl-agent does).
+        repeat_task: end the message with the task once more (``Your task, again: ...``), a few
+            tokens before the response. An option for small models built from scratch, whose
+            attention does not yet reach back hundreds of tokens to the task line; not in the
+            reference prompts.
     """
     if family not in _INTRO:
         raise ValueError(f"no prompt template for env family {family!r}; known: {sorted(_INTRO)}")
@@ -92,4 +97,6 @@ def render_prompt(
     if acts:
         parts.append("Admissible actions now:\n" + "\n".join(f"'{a}'" for a in acts))
     parts.append(_FORMAT[family])
+    if repeat_task:
+        parts.append(f"{'Question' if family == 'search' else 'Your task'}, again: {task}")
     return "\n".join(parts)

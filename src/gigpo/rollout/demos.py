@@ -21,6 +21,7 @@ def collect_expert_demos(
     env_kwargs: dict | None = None,
     only_won: bool = True,
     with_allowed: bool = False,
+    think: str = "reason",
 ) -> list[tuple]:
     """(prompt_ids, response_ids) pairs of the env expert playing ``tasks``.
 
@@ -33,6 +34,7 @@ def collect_expert_demos(
     ``with_allowed``: triples instead, the third item the restricted positions an action-constrained
     sampler would have used for that response (``agent.action_constraint``; None when off), so the
     SFT loss can use the same renormalised distribution the rollout samples from.
+    ``think``: the ``<think>`` style of the responses (``format_expert_response``).
     """
     if agent.family != family:
         raise ValueError(f"collect_expert_demos: agent is for {agent.family!r}, env family is {family!r}")
@@ -53,7 +55,7 @@ def collect_expert_demos(
             for _ in range(max_steps):
                 p = agent.build_prompt(task_text, obs, hist.entries, step=len(hist),
                                        admissible_actions=info.get("admissible_actions"))
-                text = format_expert_response(family, env.expert_action())
+                text = format_expert_response(family, env.expert_action(), think=think)
                 action = agent.parse(text).action
                 resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
                 row = (np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))

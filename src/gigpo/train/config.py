@@ -117,6 +117,8 @@ class RolloutConfig:
     constrain_actions: bool = F(False, "decode the <action> text only from the env's admissible actions "
                                 "(a trie mask over the action tokens; log-probs everywhere use the same "
                                 "masks). Off = the reference: free text, invalid actions penalised")
+    repeat_task: bool = F(False, "end each prompt with the task once more, a few tokens before the response "
+                          "(helps small from-scratch models read it; off = the reference prompt)")
 
     def __post_init__(self):
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
@@ -183,9 +185,13 @@ class SFTConfig:
     batch_rows: int = F(16, "demonstration rows per optimizer step")
     prompt_loss_weight: float = F(0.0, "weight of next-token loss on prompt tokens (0 = response tokens only; "
                                   ">0 helps a from-scratch model learn to read observations)")
+    think: str = F("reason", "<think> text of the expert responses: 'reason' (a one-line reason naming the "
+                   "action's target) or 'empty' (<think></think>: every decision is made in the action text, "
+                   "where rollout.constrain_actions applies)")
     output_dir: str = F("", "where to save the SFT model ('' = cache keyed by the SFT config)")
 
     def __post_init__(self):
+        _check(self.think in ("reason", "empty"), "sft.think", f"must be 'reason' or 'empty', got {self.think!r}")
         for k in ("episodes", "epochs", "batch_rows"):
             _check(getattr(self, k) >= 1, f"sft.{k}", "must be >= 1")
         _check(self.lr > 0, "sft.lr", "must be > 0")
@@ -226,6 +232,15 @@ class Config:
     @property
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.name
+
+
+def build_agent(cfg: Config, tokenizer):
+    """The ``Agent`` that ``cfg`` describes (prompt format, history, action constraint)."""
+    from gigpo.agent import Agent
+
+    return Agent(cfg.env.family, tokenizer, history_length=cfg.env.history_length,
+                 max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+                 constrain_actions=cfg.rollout.constrain_actions, repeat_task=cfg.rollout.repeat_task)
 
 
 # --------------------------------------------------------------------------- (de)serialisation

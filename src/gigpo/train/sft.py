@@ -119,12 +119,16 @@ def sft_key(cfg) -> str:
              "version": 1}
     if cfg.rollout.constrain_actions:  # changes the SFT loss; old keys stay valid when off
         parts["constrain_actions"] = True
+    if cfg.rollout.repeat_task:  # changes the prompts
+        parts["repeat_task"] = True
+    if cfg.sft.think == "reason":  # the default was the only style before the option existed
+        del parts["sft"]["think"]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     """Collect demos, fine-tune ``cfg.model``, save model + tokenizer to ``out_dir``; returns stats."""
-    from gigpo.agent import Agent
+    from gigpo.train.config import build_agent
     from gigpo.envs import make_tasks
     from gigpo.policy.load import load_policy
     from gigpo.rollout import collect_expert_demos
@@ -132,14 +136,12 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
-    agent = Agent(cfg.env.family, tok, history_length=cfg.env.history_length,
-                  max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                  constrain_actions=cfg.rollout.constrain_actions)
+    agent = build_agent(cfg, tok)
     tasks = make_tasks(cfg.env.family, "train", n=cfg.sft.episodes, seed=cfg.env.task_seed + 7919,
                        **cfg.env.task_kwargs)
     demos = collect_expert_demos(cfg.env.family, tasks, tok, agent, max_steps=cfg.env.max_steps,
                                  env_kwargs=cfg.env.kwargs,
-                                 with_allowed=cfg.rollout.constrain_actions)
+                                 with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think)
     losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
                        pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
                        prompt_weight=cfg.sft.prompt_loss_weight)

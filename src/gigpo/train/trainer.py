@@ -83,7 +83,7 @@ class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
     def __init__(self, cfg: Config, *, resume: bool = False) -> None:
-        from gigpo.agent import Agent
+        from gigpo.train.config import build_agent
         from gigpo.envs import make_tasks
         from gigpo.envs.manager import GroupedEnvs
         from gigpo.policy.generate import HFGenerator
@@ -125,9 +125,7 @@ class Trainer:
             self.ref_model, _ = load_policy(model_path, **kw)
             self.ref_model.eval().requires_grad_(False)
         self.generator = HFGenerator(self.model, self.tokenizer)
-        self.agent = Agent(cfg.env.family, self.tokenizer, history_length=cfg.env.history_length,
-                           max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                           constrain_actions=cfg.rollout.constrain_actions)
+        self.agent = build_agent(cfg, self.tokenizer)
         e = cfg.env
         self.train_pool = make_tasks(e.family, "train", n=e.train_tasks or None, seed=e.task_seed, **e.task_kwargs)
         self.eval_pool = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
