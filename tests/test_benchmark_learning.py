@@ -78,6 +78,23 @@ def test_run_state_done_only_with_final_eval_at_the_planned_iteration(tmp_path):
     assert L.run_state(run, 2) == "done"
 
 
+def test_config_guard_accepts_fields_added_later_and_rejects_changed_values(tmp_path):
+    import yaml
+    from gigpo.train.config import load_config, to_dict
+
+    args = L.parse_args(["--runs-dir", str(tmp_path), "--seeds", "0", "--estimators", "grpo"])
+    run = L.plan_runs(args, "/models/sft")[0]
+    run["dir"].mkdir(parents=True)
+    saved = to_dict(load_config(args.config, run["overrides"]))
+    del saved["rollout"]["repeat_task"]  # a run dir written before this field existed
+    (run["dir"] / "config.yaml").write_text(yaml.safe_dump(saved))
+    L.check_same_config(run, args)  # default value: the same config
+    saved["train"]["lr"] = 1.0
+    (run["dir"] / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(SystemExit, match="train.lr"):
+        L.check_same_config(run, args)
+
+
 def test_mean_and_sample_sd_in_points():
     assert R.fmt([0.5, 0.7]) == "60.0 ± 14.1"
     assert R.fmt([0.25]) == "25.0"
