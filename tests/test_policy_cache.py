@@ -52,3 +52,21 @@ def test_concurrent_winner_is_kept(tmp_path):
     assert build_atomic(target, build) == target
     assert [p.name for p in target.iterdir()] == ["theirs"]
     assert [p.name for p in target.parent.iterdir()] == ["m"]
+
+
+def test_replace_dir_atomic_swaps_in_new_copy_and_keeps_old_one_on_failure(tmp_path):
+    from gigpo.policy.cache import replace_dir_atomic
+
+    target = tmp_path / "model"
+    replace_dir_atomic(target, lambda d: (d / "w").write_text("v1"))
+    replace_dir_atomic(target, lambda d: (d / "w").write_text("v2"))
+    assert (target / "w").read_text() == "v2"
+
+    def broken(d):
+        (d / "w").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        replace_dir_atomic(target, broken)
+    assert (target / "w").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary dirs left behind

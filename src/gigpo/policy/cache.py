@@ -1,4 +1,5 @@
-"""Where gigpo keeps the models it builds or converts, and atomic directory writes.
+"""Where gigpo keeps the models it builds or converts, and atomic directory writes
+(``build_atomic``: write once; ``replace_dir_atomic``: rewrite, e.g. a run's trained model).
 
 Layout: ``$GIGPO_CACHE/models/<name>`` when ``GIGPO_CACHE`` is set, else
 ``~/.cache/gigpo/models/<name>``. A model directory appears only complete: it is written into a
@@ -47,4 +48,31 @@ def build_atomic(target: Path, build: Callable[[Path], None]) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def replace_dir_atomic(target: Path, write: Callable[[Path], None]) -> Path:
+    """Write a new ``target`` directory with ``write(tmp_dir)``, then swap it in for any old copy.
+
+    Unlike ``build_atomic`` this always rewrites (a newer model replaces the older one). If
+    ``write`` fails, the old copy stays untouched and the temporary directory is removed; the old
+    copy is deleted only after the new one has its final name.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    old = None
+    try:
+        write(tmp)
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+            os.replace(target, old / target.name)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            if not target.exists() and (old / target.name).exists():  # the swap failed: put it back
+                os.replace(old / target.name, target)
+            shutil.rmtree(old, ignore_errors=True)
     return target

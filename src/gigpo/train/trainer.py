@@ -290,19 +290,15 @@ class Trainer:
     def save_model(self) -> Path:
         """The trained policy as a Hugging Face directory ``run_dir/model`` (model + tokenizer), so
         ``gigpo eval model.name_or_path=<run_dir>/model`` or ``from_pretrained`` can load it.
-        Written to a temporary directory, then renamed over any previous copy. With LoRA this
-        holds the adapter (peft's ``save_pretrained``)."""
-        import shutil
-        import tempfile
+        Written to a temporary directory, then swapped in for any previous copy
+        (``replace_dir_atomic``). With LoRA this holds the adapter (peft's ``save_pretrained``)."""
+        from gigpo.policy.cache import replace_dir_atomic
 
-        final = self.run_dir / "model"
-        tmp = Path(tempfile.mkdtemp(prefix=".model.tmp-", dir=self.run_dir))
-        self.model.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        return final
+        def write(d: Path) -> None:
+            self.model.save_pretrained(d)
+            self.tokenizer.save_pretrained(d)
+
+        return replace_dir_atomic(self.run_dir / "model", write)
 
     def write_report(self):
         """``gigpo.report.write_report(run_dir)``; a failure only warns (the run itself is done)."""
