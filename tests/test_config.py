@@ -125,3 +125,13 @@ def test_sft_cache_key_changes_with_think_style_only_when_not_default():
     base = load_config(None, [])
     assert sft_key(base) == sft_key(load_config(None, ["sft.think=reason"]))
     assert sft_key(base) != sft_key(load_config(None, ["sft.think=empty"]))
+
+
+def test_sft_cache_key_follows_the_tiny_build(monkeypatch):
+    import gigpo.policy.tiny as tiny
+    from gigpo.train.sft import sft_key
+
+    cfg = load_config(None, [])
+    before = sft_key(cfg)
+    monkeypatch.setattr(tiny, "tiny_hash", lambda c: "another-build")
+    assert sft_key(cfg) != before  # a changed tiny architecture must not reuse an old SFT model

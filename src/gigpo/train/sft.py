@@ -117,6 +117,10 @@ def sft_key(cfg) -> str:
              "max_steps": cfg.env.max_steps, "history": cfg.env.history_length,
              "prompt": cfg.rollout.max_prompt_tokens, "seed": cfg.seed, "task_seed": cfg.env.task_seed,
              "version": 1}
+    if cfg.model.name_or_path == "tiny":  # the alias names no weights: key on the build itself
+        from gigpo.policy.tiny import TinyConfig, tiny_hash
+
+        parts["tiny"] = tiny_hash(TinyConfig())
     if cfg.rollout.constrain_actions:  # changes the SFT loss; old keys stay valid when off
         parts["constrain_actions"] = True
     if cfg.rollout.repeat_task:  # changes the prompts
