@@ -141,8 +141,15 @@ def build_shared_sft(args) -> str:
     """Build (or find in the cache) the one SFT checkpoint every run starts from; returns its dir.
 
     Seed 0 and the base config's SFT settings: the cache key (``gigpo.train.sft.sft_key``) then
-    matches what ``make train`` builds, so the two share the model.
+    matches what ``make train`` builds, so the two share the model. A runs dir that already holds
+    a comparison keeps its start (``plan.json``'s ``sft_dir``), so a resumed or extended
+    comparison never mixes two start checkpoints, even after the cache key scheme changed.
     """
+    plan = args.runs_dir / "plan.json"
+    if plan.exists():
+        prev = json.loads(plan.read_text()).get("sft_dir", "")
+        if prev and Path(prev).is_dir():
+            return prev
     log = args.runs_dir / "logs" / "sft.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = _gigpo("sft", "--config", str(args.config), "seed=0", "log.progress=false", *args.sft_overrides)

@@ -95,6 +95,15 @@ def test_config_guard_accepts_fields_added_later_and_rejects_changed_values(tmp_
         L.check_same_config(run, args)
 
 
+def test_a_runs_dir_keeps_its_start_checkpoint(tmp_path):
+    start = tmp_path / "sft-start"
+    start.mkdir()
+    args = L.parse_args(["--runs-dir", str(tmp_path / "runs")])
+    args.runs_dir.mkdir()
+    (args.runs_dir / "plan.json").write_text(json.dumps({"sft_dir": str(start)}))
+    assert L.build_shared_sft(args) == str(start)  # no SFT subprocess: it would take minutes
+
+
 def test_mean_and_sample_sd_in_points():
     assert R.fmt([0.5, 0.7]) == "60.0 ± 14.1"
     assert R.fmt([0.25]) == "25.0"
