@@ -82,13 +82,13 @@ def cmd_eval(argv) -> int:
     _threads(cfg)
     import json
 
-    from gigpo.train.config import build_agent
     from gigpo.envs import make_tasks
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.policy.base import SamplingParams
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout
+    from gigpo.train.config import build_agent
 
     model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)

@@ -132,10 +132,10 @@ def sft_key(cfg) -> str:
 
 def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     """Collect demos, fine-tune ``cfg.model``, save model + tokenizer to ``out_dir``; returns stats."""
-    from gigpo.train.config import build_agent
     from gigpo.envs import make_tasks
     from gigpo.policy.load import load_policy
     from gigpo.rollout import collect_expert_demos
+    from gigpo.train.config import build_agent
 
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,

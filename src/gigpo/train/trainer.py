@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gigpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
-from gigpo.train.config import Config, save_config
+from gigpo.train.config import Config, build_agent, save_config
 from gigpo.train.logging import MetricsLogger, iteration_summary
 from gigpo.train.update import PolicyUpdater, batched_logprobs
 
@@ -83,7 +83,6 @@ class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
     def __init__(self, cfg: Config, *, resume: bool = False) -> None:
-        from gigpo.train.config import build_agent
         from gigpo.envs import make_tasks
         from gigpo.envs.manager import GroupedEnvs
         from gigpo.policy.generate import HFGenerator
