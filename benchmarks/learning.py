@@ -30,7 +30,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning_report  # noqa: E402  (benchmarks/ is not a package)
 

@@ -67,15 +67,16 @@ def format_expert_response(family: str, action: str, *, think: str = "reason") -
     """
     if think not in THINK_STYLES:
         raise ValueError(f"think must be one of {THINK_STYLES}, got {think!r}")
-    if think == "empty":
-        if family == "search":
-            action = re.sub(r"<think>.*?</think>", "", action, flags=re.IGNORECASE | re.DOTALL).strip()
-            if not re.search(r"<(search|answer)>", action, re.IGNORECASE):
-                raise ValueError(f"search expert action must hold a <search> or <answer> block, got {action!r}")
-            return f"<think></think>{action}"
-        if family not in ("alfworld", "webshop"):
-            raise ValueError(f"no expert format for env family {family!r}; known: alfworld, webshop, search")
-        return f"<think></think><action>{action.strip().lower()}</action>"
+    text = _with_reason(family, action)
+    if think == "reason":
+        return text
+    bare = re.sub(r"<think>.*?</think>", "", text, flags=re.IGNORECASE | re.DOTALL).strip()
+    if family == "search" and not re.search(r"<(search|answer)>", bare, re.IGNORECASE):
+        raise ValueError(f"search expert action must hold a <search> or <answer> block, got {action!r}")
+    return f"<think></think>{bare}"
+
+
+def _with_reason(family: str, action: str) -> str:
     if family == "search":
         if "<think>" in action:
             return action

@@ -191,7 +191,9 @@ class SFTConfig:
     output_dir: str = F("", "where to save the SFT model ('' = cache keyed by the SFT config)")
 
     def __post_init__(self):
-        _check(self.think in ("reason", "empty"), "sft.think", f"must be 'reason' or 'empty', got {self.think!r}")
+        from gigpo.agent.expert import THINK_STYLES
+
+        _check(self.think in THINK_STYLES, "sft.think", f"must be one of {THINK_STYLES}, got {self.think!r}")
         for k in ("episodes", "epochs", "batch_rows"):
             _check(getattr(self, k) >= 1, f"sft.{k}", "must be >= 1")
         _check(self.lr > 0, "sft.lr", "must be > 0")
