@@ -125,6 +125,8 @@ def test_sft_cache_key_changes_with_think_style_only_when_not_default():
     base = load_config(None, [])
     assert sft_key(base) == sft_key(load_config(None, ["sft.think=reason"]))
     assert sft_key(base) != sft_key(load_config(None, ["sft.think=empty"]))
+    assert sft_key(base) == sft_key(load_config(None, ["sft.warmup_steps=0"]))
+    assert sft_key(base) != sft_key(load_config(None, ["sft.warmup_steps=30"]))
 
 
 def test_sft_cache_key_follows_the_tiny_build(monkeypatch):

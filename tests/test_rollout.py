@@ -227,6 +227,36 @@ def test_expert_demos_use_the_rollout_prompt_format(family, tiny):
         assert agent.parse(tok.decode(r.tolist(), skip_special_tokens=True)).valid
 
 
+def test_expert_demos_relabel_task_reading_steps(tiny):
+    """relabel adds, right after a take / carry step, rows whose prompt differs only in the task's
+    words and whose action is admissible in that step's own list."""
+    from gigpo.agent.relabel import task_words
+
+    _, tok = tiny
+    agent = Agent("alfworld", tok, constrain_actions=True)
+    kw = dict(task_types=["pick_and_place_simple"], max_receptacles=6, max_distractors=4)
+    tasks = make_tasks("alfworld", "train", n=3, seed=0, **kw)
+    plain = collect_expert_demos("alfworld", tasks, tok, agent, max_steps=20, with_allowed=True, think="empty")
+    more = collect_expert_demos("alfworld", tasks, tok, agent, max_steps=20, with_allowed=True, think="empty",
+                                relabel=4)
+    assert len(more) > len(plain)
+    keys = {(p.tobytes(), r.tobytes()) for p, r, _ in plain}
+    extra = [(i, d) for i, d in enumerate(more) if (d[0].tobytes(), d[1].tobytes()) not in keys]
+    assert len(extra) == len(more) - len(plain)
+    for i, (p, r, allowed) in extra:
+        text = tok.decode(p.tolist())
+        j = i - 1
+        while (more[j][0].tobytes(), more[j][1].tobytes()) not in keys:  # its step's own row
+            j -= 1
+        src = tok.decode(more[j][0].tolist())
+        m, m0 = task_words(text), task_words(src)
+        assert (m.group("obj"), m.group("rec")) != (m0.group("obj"), m0.group("rec"))
+        assert text.replace(m.group(0), m0.group(0)) == src  # only the task's words differ
+        action = agent.parse(tok.decode(r.tolist(), skip_special_tokens=True)).action
+        assert f"'{action}'" in text and allowed  # admissible, and decodable under the mask
+        assert m.group("obj") in action or m.group("rec") in action
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     return load_policy("smollm2-135m", device="cpu")

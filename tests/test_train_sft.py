@@ -68,3 +68,31 @@ def test_prompt_loss_weight_adds_prompt_token_nll():
             lp = torch.log_softmax(m(input_ids=ids).logits[0, :-1].float(), -1)
             nll += [-float(lp[k - 1, ids[0, k]]) for k in range(1, len(p))]
     assert float(with_prompt) == pytest.approx(float(base) + 0.5 * np.mean(nll), rel=1e-4)
+
+
+def test_sft_lr_schedule_warms_up_then_decays():
+    from gigpo.train.sft import sft_lr_factor
+
+    f = [sft_lr_factor(s, 100, 10) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)  # linear ramp, full lr at step 9
+    assert all(a < b for a, b in zip(f[:10], f[1:10]))
+    assert f[10] == pytest.approx(0.9) and f[99] == pytest.approx(0.01)  # then the same decay as before
+    assert [sft_lr_factor(s, 100, 0) for s in range(100)] == [1.0 - s / 100 for s in range(100)]
+
+
+def test_sft_train_applies_the_warmup():
+    seen = []
+
+    class Spy(torch.optim.AdamW):
+        def step(self, closure=None):
+            seen.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    m = _model()
+    orig = torch.optim.AdamW
+    torch.optim.AdamW = Spy
+    try:
+        sft_train(m, _demos(16), epochs=2, lr=1e-2, batch_rows=4, pad_token_id=0, warmup_steps=4)
+    finally:
+        torch.optim.AdamW = orig
+    assert seen[:4] == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2]) and seen[4] == pytest.approx(1e-2 * (1 - 4 / 8))

@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from gigpo.agent import Agent, History, format_expert_response
+from gigpo.agent.relabel import holds_task_object, relabel_step
 from gigpo.envs import make_env
 from gigpo.envs.base import Task
 
@@ -22,6 +23,7 @@ def collect_expert_demos(
     only_won: bool = True,
     with_allowed: bool = False,
     think: str = "reason",
+    relabel: int = 0,
 ) -> list[tuple]:
     """(prompt_ids, response_ids) pairs of the env expert playing ``tasks``.
 
@@ -35,6 +37,9 @@ def collect_expert_demos(
     sampler would have used for that response (``agent.action_constraint``; None when off), so the
     SFT loss can use the same renormalised distribution the rollout samples from.
     ``think``: the ``<think>`` style of the responses (``format_expert_response``).
+    ``relabel``: ALFWorld only; up to this many counterfactual rows per task-dependent step, the
+    task naming another object / receptacle type in view (``gigpo.agent.relabel``), each right
+    after its step's own row.
     """
     if agent.family != family:
         raise ValueError(f"collect_expert_demos: agent is for {agent.family!r}, env family is {family!r}")
@@ -52,17 +57,28 @@ def collect_expert_demos(
             hist = History()
             episode = []
             won = False
+            actions: list[str] = []
             for _ in range(max_steps):
-                p = agent.build_prompt(task_text, obs, hist.entries, step=len(hist),
-                                       admissible_actions=info.get("admissible_actions"))
-                text = format_expert_response(family, env.expert_action(), think=think)
-                action = agent.parse(text).action
-                resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
-                row = (np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
-                if with_allowed:
-                    c = agent.action_constraint(info.get("admissible_actions"))
-                    row += (c.positions(resp, [eos]) if c is not None else None,)
-                episode.append(row)
+                admissible = info.get("admissible_actions")
+
+                def row(task_txt: str, expert_action: str) -> tuple:
+                    p = agent.build_prompt(task_txt, obs, hist.entries, step=len(hist), admissible_actions=admissible)
+                    text = format_expert_response(family, expert_action, think=think)
+                    resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
+                    r = (np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
+                    if with_allowed:
+                        c = agent.action_constraint(admissible)
+                        r += (c.positions(resp, [eos]) if c is not None else None,)
+                    return r
+
+                expert = env.expert_action()
+                action = agent.parse(format_expert_response(family, expert, think=think)).action
+                episode.append(row(task_text, expert))
+                if relabel and family == "alfworld" and admissible:
+                    for task_v, action_v in relabel_step(task_text, action, admissible,
+                                                         holds_task_object(task_text, actions), relabel):
+                        episode.append(row(task_v, action_v))
+                actions.append(action)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)
                 if done:

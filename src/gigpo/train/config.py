@@ -183,6 +183,11 @@ class SFTConfig:
     epochs: int = F(2, "passes over the demonstrations")
     lr: float = F(1e-3, "AdamW learning rate for SFT")
     batch_rows: int = F(16, "demonstration rows per optimizer step")
+    relabel: int = F(0, "ALFWorld: up to this many counterfactual rows per expert step that reads the task "
+                     "(the task naming another object / receptacle type in view, with the matching action; "
+                     "gigpo.agent.relabel); 0 = off")
+    warmup_steps: int = F(0, "optimizer steps of linear learning-rate warm-up before the linear decay (a model "
+                          "built from scratch needs it to learn to copy names from its prompt)")
     prompt_loss_weight: float = F(0.0, "weight of next-token loss on prompt tokens (0 = response tokens only; "
                                   ">0 helps a from-scratch model learn to read observations)")
     think: str = F("reason", "<think> text of the expert responses: 'reason' (a one-line reason naming the "
@@ -198,6 +203,8 @@ class SFTConfig:
             _check(getattr(self, k) >= 1, f"sft.{k}", "must be >= 1")
         _check(self.lr > 0, "sft.lr", "must be > 0")
         _check(self.prompt_loss_weight >= 0, "sft.prompt_loss_weight", "must be >= 0")
+        _check(self.warmup_steps >= 0, "sft.warmup_steps", "must be >= 0")
+        _check(self.relabel >= 0, "sft.relabel", "must be >= 0")
 
 
 @dataclass

@@ -59,7 +59,7 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
 
 def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_token_id: int,
               token_budget: int = 16384, seed: int = 0, progress: bool = False,
-              prompt_weight: float = 0.0) -> list[float]:
+              prompt_weight: float = 0.0, warmup_steps: int = 0) -> list[float]:
     """Train ``model`` on ``demos`` (list of (prompt_ids, response_ids[, allowed])); returns loss per step."""
     if not demos:
         raise ValueError("SFT got no demonstrations; raise sft.episodes or check the env's expert")
@@ -67,7 +67,7 @@ def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_toke
     rng = np.random.default_rng(seed)
     model.train()
     steps = epochs * math.ceil(len(demos) / batch_rows)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 - s / max(steps, 1))  # linear decay
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: sft_lr_factor(s, steps, warmup_steps))
     losses: list[float] = []
     bar = _bar(progress, steps, "SFT")
     for _ in range(epochs):
@@ -100,6 +100,17 @@ def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_toke
     return losses
 
 
+def sft_lr_factor(step: int, steps: int, warmup_steps: int) -> float:
+    """Linear warm-up over ``warmup_steps``, then linear decay to 0 at ``steps``.
+
+    Why warm-up: Adam's first full-size steps on a from-scratch ``tiny`` leave it unable to learn
+    to copy a name from its prompt for hundreds of steps (docs/tiny_run.md, Session 4).
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    return max(0.0, 1.0 - step / max(steps, 1))
+
+
 def _bar(enabled: bool, total: int, desc: str):
     if not enabled:
         return None
@@ -127,6 +138,9 @@ def sft_key(cfg) -> str:
         parts["repeat_task"] = True
     if cfg.sft.think == "reason":  # the default was the only style before the option existed
         del parts["sft"]["think"]
+    for k in ("warmup_steps", "relabel"):  # likewise: keys from before these options stay valid
+        if getattr(cfg.sft, k) == 0:
+            del parts["sft"][k]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -145,10 +159,11 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
                        **cfg.env.task_kwargs)
     demos = collect_expert_demos(cfg.env.family, tasks, tok, agent, max_steps=cfg.env.max_steps,
                                  env_kwargs=cfg.env.kwargs,
-                                 with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think)
+                                 with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think,
+                                 relabel=cfg.sft.relabel)
     losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
                        pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
-                       prompt_weight=cfg.sft.prompt_loss_weight)
+                       prompt_weight=cfg.sft.prompt_loss_weight, warmup_steps=cfg.sft.warmup_steps)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
