@@ -112,11 +112,11 @@ def test_skip_zero_advantage_rows_needs_no_kl_and_no_entropy():
     assert cfg.train.skip_zero_advantage_rows
 
 
-def test_prompt_loss_with_constrained_actions_fails_at_load_time():
+def test_prompt_loss_combines_with_constrained_actions():
+    cfg = load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true", "sft.prompt_loss_weight=0.5"])
+    assert cfg.sft.prompt_loss_weight == 0.5
     with pytest.raises(ConfigError, match="sft.prompt_loss_weight"):
-        load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true", "sft.prompt_loss_weight=0.5"])
-    load_config(None, ["rollout.constrain_actions=true", "sft.enabled=true"])  # weight 0: fine
-    load_config(None, ["sft.enabled=true", "sft.prompt_loss_weight=0.5"])  # no constraint: fine
+        load_config(None, ["sft.prompt_loss_weight=-1"])
 
 
 def test_sft_cache_key_changes_with_think_style_only_when_not_default():

@@ -70,6 +70,22 @@ def test_prompt_loss_weight_adds_prompt_token_nll():
     assert float(with_prompt) == pytest.approx(float(base) + 0.5 * np.mean(nll), rel=1e-4)
 
 
+def test_prompt_loss_keeps_the_masked_response_term():
+    """With action masks the prompt-loss path's response term is token_logprobs' masked NLL."""
+    m = _model()
+    demos = _demos(5)
+    P, R = [d[0] for d in demos], [d[1] for d in demos]
+    allowed = [[(0, sorted({int(r[0]), 3, 7}))] for r in R]  # first response token: 3 choices
+    allowed[2] = None
+    with torch.no_grad():
+        masked, n = sft_loss(m, P, R, pad_token_id=0, allowed=allowed)
+        plain, _ = sft_loss(m, P, R, pad_token_id=0)
+        both, n2 = sft_loss(m, P, R, pad_token_id=0, allowed=allowed, prompt_weight=0.5)
+        prompt_only = float(sft_loss(m, P, R, pad_token_id=0, prompt_weight=0.5)[0]) - float(plain)
+    assert n == n2 and float(masked) < float(plain)  # renormalising over 3 ids raises those log-probs
+    assert float(both) == pytest.approx(float(masked) + prompt_only, rel=1e-5)
+
+
 def test_sft_lr_schedule_warms_up_then_decays():
     from gigpo.train.sft import sft_lr_factor
 

@@ -233,10 +233,6 @@ class Config:
 
     def __post_init__(self):
         _check(bool(self.name) and "/" not in self.name, "name", "must be non-empty without '/'")
-        # Checked here, not when SFT reaches it minutes later: the prompt-loss path has no action masks.
-        _check(not (self.rollout.constrain_actions and self.sft.enabled and self.sft.prompt_loss_weight > 0),
-               "sft.prompt_loss_weight", "must be 0 with rollout.constrain_actions=true (the prompt loss does "
-               "not apply the action masks); set sft.prompt_loss_weight=0 or rollout.constrain_actions=false")
 
     @property
     def run_dir(self) -> Path:

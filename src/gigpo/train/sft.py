@@ -33,27 +33,37 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
     signal at no extra forward cost.
     ``allowed``: per row the action-constrained positions (see ``gigpo.policy.constrain``); their
     NLL is under the distribution renormalised over the allowed ids, as the rollout samples.
+    The prompt term is plain next-token loss (env text has no mask); with ``allowed`` the response
+    term is the same masked NLL as without it.
     Returns (loss scalar, number of response tokens).
     """
-    if prompt_weight > 0 and allowed is not None and any(allowed):
-        raise ValueError("sft.prompt_loss_weight > 0 is not supported with rollout.constrain_actions")
     if prompt_weight <= 0:
         logp, _, mask = token_logprobs(model, prompts, responses, pad_token_id=pad_token_id, allowed=allowed)
         n = int(mask.sum())
         return -(logp * mask).sum() / max(n, 1), n
-    from gigpo.policy.base import pad_rows
+    from gigpo.policy.base import _restrict, pad_rows
 
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id)
     ids, attn = ids.to(device), attn.to(device)
     logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits[:, :-1].float()  # (B, T-1, V)
+    # prompt: plain next-token NLL of every prompt token after the first
     nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, T-1)
     tgt = torch.arange(1, ids.shape[1], device=device)[None, :]  # position of each target token
-    real = attn[:, 1:].bool()
-    is_resp = real & (tgt >= start.to(device)[:, None])
-    is_prompt = real & ~is_resp
-    n, n_p = int(is_resp.sum()), int(is_prompt.sum())
-    loss = (nll * is_resp).sum() / max(n, 1) + prompt_weight * (nll * is_prompt).sum() / max(n_p, 1)
+    is_prompt = attn[:, 1:].bool() & (tgt < start.to(device)[:, None])
+    n_p = int(is_prompt.sum())
+    # response: the positions token_logprobs uses, under the action mask where one was recorded
+    L = int(rlen.max())
+    k = torch.arange(L)[None, :]
+    mask = (k < rlen[:, None]).to(device)
+    pos = torch.where(mask.cpu(), start[:, None] - 1 + k, torch.zeros_like(k)).to(device)
+    sel = torch.gather(logits, 1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, L, V)
+    if allowed is not None:
+        sel = _restrict(sel, allowed)
+    tgt_ids = torch.gather(ids, 1, torch.where(mask, pos + 1, torch.zeros_like(pos)))
+    logp = torch.gather(torch.log_softmax(sel, -1), 2, tgt_ids[:, :, None]).squeeze(-1) * mask
+    n = int(mask.sum())
+    loss = -logp.sum() / max(n, 1) + prompt_weight * (nll * is_prompt).sum() / max(n_p, 1)
     return loss, n
 
 
