@@ -127,6 +127,8 @@ def test_sft_cache_key_changes_with_think_style_only_when_not_default():
     assert sft_key(base) != sft_key(load_config(None, ["sft.think=empty"]))
     assert sft_key(base) == sft_key(load_config(None, ["sft.warmup_steps=0"]))
     assert sft_key(base) != sft_key(load_config(None, ["sft.warmup_steps=30"]))
+    assert sft_key(base) == sft_key(load_config(None, ["sft.relabel=0"]))
+    assert sft_key(base) != sft_key(load_config(None, ["sft.relabel=4"]))
 
 
 def test_sft_cache_key_follows_the_tiny_build(monkeypatch):
