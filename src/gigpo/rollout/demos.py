@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 import numpy as np
@@ -45,8 +46,7 @@ def collect_expert_demos(
         raise ValueError(f"collect_expert_demos: agent is for {agent.family!r}, env family is {family!r}")
     if max_steps < 1:
         raise ValueError(f"collect_expert_demos: max_steps must be >= 1, got {max_steps}")
-    eos = tokenizer.eos_token_id
-    if eos is None:
+    if tokenizer.eos_token_id is None:
         raise ValueError("collect_expert_demos: the tokenizer has no eos_token_id; set tokenizer.eos_token")
     env = make_env(family, **(env_kwargs or {}))
     demos: list[tuple[np.ndarray, np.ndarray]] = []
@@ -60,24 +60,17 @@ def collect_expert_demos(
             actions: list[str] = []
             for _ in range(max_steps):
                 admissible = info.get("admissible_actions")
-
-                def row(task_txt: str, expert_action: str) -> tuple:
-                    p = agent.build_prompt(task_txt, obs, hist.entries, step=len(hist), admissible_actions=admissible)
-                    text = format_expert_response(family, expert_action, think=think)
-                    resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [eos]
-                    r = (np.asarray(p.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
-                    if with_allowed:
-                        c = agent.action_constraint(admissible)
-                        r += (c.positions(resp, [eos]) if c is not None else None,)
-                    return r
-
+                prompt_for = partial(agent.build_prompt, observation=obs, history=hist.entries, step=len(hist),
+                                     admissible_actions=admissible)
                 expert = env.expert_action()
                 action = agent.parse(format_expert_response(family, expert, think=think)).action
-                episode.append(row(task_text, expert))
+                episode.append(_demo_row(prompt_for(task_text), expert, family, tokenizer, agent, admissible,
+                                         think=think, with_allowed=with_allowed))
                 if relabel and family == "alfworld" and admissible:
                     for task_v, action_v in relabel_step(task_text, action, admissible,
                                                          holds_task_object(task_text, actions), relabel):
-                        episode.append(row(task_v, action_v))
+                        episode.append(_demo_row(prompt_for(task_v), action_v, family, tokenizer, agent, admissible,
+                                                 think=think, with_allowed=with_allowed))
                 actions.append(action)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)
@@ -89,3 +82,15 @@ def collect_expert_demos(
     finally:
         env.close()
     return demos
+
+
+def _demo_row(prompt, expert_action: str, family: str, tokenizer, agent: Agent, admissible, *,
+              think: str, with_allowed: bool) -> tuple:
+    """(prompt_ids, response_ids[, allowed]) for one expert action; the response ends with EOS."""
+    text = format_expert_response(family, expert_action, think=think)
+    resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+    row = (np.asarray(prompt.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
+    if with_allowed:
+        c = agent.action_constraint(admissible)
+        row += (c.positions(resp, [tokenizer.eos_token_id]) if c is not None else None,)
+    return row
