@@ -227,6 +227,26 @@ def test_expert_demos_use_the_rollout_prompt_format(family, tiny):
         assert agent.parse(tok.decode(r.tolist(), skip_special_tokens=True)).valid
 
 
+def test_expert_demos_do_not_depend_on_the_global_random_state(tiny):
+    """ALFWorld's handcoded expert draws from ``random``; demos are seeded per task, and the
+    caller's ``random`` state is left as it was."""
+    import random
+
+    _, tok = tiny
+    agent = Agent("alfworld", tok, constrain_actions=True)
+    kw = dict(task_types=["pick_and_place_simple"], max_receptacles=6, max_distractors=4)
+    tasks = make_tasks("alfworld", "train", n=30, seed=7919, **kw)
+    runs = []
+    for outer in (1, 2):
+        random.seed(outer)
+        demos = collect_expert_demos("alfworld", tasks, tok, agent, max_steps=20)
+        assert random.random() == random.Random(outer).random()  # state restored
+        runs.append([(p.tobytes(), r.tobytes()) for p, r in demos])
+    assert runs[0] == runs[1]
+    other = collect_expert_demos("alfworld", tasks[:1], tok, agent, max_steps=20, seed=1)
+    assert other  # another seed still plays (and wins) the task
+
+
 def test_expert_demos_relabel_task_reading_steps(tiny):
     """relabel adds, right after a take / carry step, rows whose prompt differs only in the task's
     words and whose action is admissible in that step's own list."""

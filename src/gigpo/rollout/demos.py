@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import zlib
 from functools import partial
 from typing import Sequence
 
@@ -25,6 +27,7 @@ def collect_expert_demos(
     with_allowed: bool = False,
     think: str = "reason",
     relabel: int = 0,
+    seed: int = 0,
 ) -> list[tuple]:
     """(prompt_ids, response_ids) pairs of the env expert playing ``tasks``.
 
@@ -38,6 +41,9 @@ def collect_expert_demos(
     sampler would have used for that response (``agent.action_constraint``; None when off), so the
     SFT loss can use the same renormalised distribution the rollout samples from.
     ``think``: the ``<think>`` style of the responses (``format_expert_response``).
+    ``seed``: ALFWorld's handcoded expert draws from the global ``random`` module (which of several
+    objects of interest to fetch); it is seeded per task from ``seed`` and the task id, and the
+    caller's ``random`` state is restored, so the demos are a function of the tasks and ``seed``.
     ``relabel``: ALFWorld only; up to this many counterfactual rows per task-dependent step, the
     task naming another object / receptacle type in view (``gigpo.agent.relabel``), each right
     after its step's own row.
@@ -50,8 +56,10 @@ def collect_expert_demos(
         raise ValueError("collect_expert_demos: the tokenizer has no eos_token_id; set tokenizer.eos_token")
     env = make_env(family, **(env_kwargs or {}))
     demos: list[tuple[np.ndarray, np.ndarray]] = []
+    outer_random = random.getstate()
     try:
         for task in tasks:
+            random.seed(zlib.crc32(f"{seed}:{task.task_id}".encode()))
             obs, info = env.reset(task)
             task_text = info.get("instruction") or obs
             hist = History()
@@ -80,6 +88,7 @@ def collect_expert_demos(
             if won or not only_won:
                 demos.extend(episode)
     finally:
+        random.setstate(outer_random)
         env.close()
     return demos
 

@@ -137,7 +137,7 @@ def sft_key(cfg) -> str:
              "family": cfg.env.family, "kwargs": cfg.env.kwargs, "task_kwargs": cfg.env.task_kwargs,
              "max_steps": cfg.env.max_steps, "history": cfg.env.history_length,
              "prompt": cfg.rollout.max_prompt_tokens, "seed": cfg.seed, "task_seed": cfg.env.task_seed,
-             "version": 1}
+             "version": 2}
     if cfg.model.name_or_path == "tiny":  # the alias names no weights: key on the build itself
         from gigpo.policy.tiny import TinyConfig, tiny_hash
 
@@ -170,7 +170,7 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     demos = collect_expert_demos(cfg.env.family, tasks, tok, agent, max_steps=cfg.env.max_steps,
                                  env_kwargs=cfg.env.kwargs,
                                  with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think,
-                                 relabel=cfg.sft.relabel)
+                                 relabel=cfg.sft.relabel, seed=cfg.seed)
     losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
                        pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
                        prompt_weight=cfg.sft.prompt_loss_weight, warmup_steps=cfg.sft.warmup_steps)
