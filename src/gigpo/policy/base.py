@@ -90,16 +90,12 @@ def token_logprobs(
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id)
     ids, attn = ids.to(device), attn.to(device)
     B = ids.shape[0]
-    Lmax = int(rlen.max()) if B else 0
-    # Only the logits that predict response tokens are needed: positions start-1 .. start+len-2.
-    pos = start[:, None] - 1 + torch.arange(Lmax)[None, :]  # (B, Lmax)
-    mask = (torch.arange(Lmax)[None, :] < rlen[:, None])
-    # Only positions lo .. hi-1 predict response tokens: ask the model for those logits alone
+    # Only the logits that predict response tokens are needed (positions start-1 .. start+len-2,
+    # all within lo .. hi-1): ask the model for those logits alone
     # (``logits_to_keep``), which skips the LM head on the prompt (~20% of a tiny model's FLOPs,
     # and the [B, T, V] logits tensor). Models without the argument get the full logits.
     lo = max(int((start - 1).min()), 0) if B else 0
     hi = int((start + rlen - 1).max()) if B else 0
-    pos = torch.where(mask, pos, torch.full_like(pos, lo))
     n_keep = max(hi, lo + 1) - lo
     try:
         out = model(input_ids=ids, attention_mask=attn, use_cache=False,
@@ -107,16 +103,32 @@ def token_logprobs(
     except TypeError:
         out = model(input_ids=ids, attention_mask=attn, use_cache=False)
     logits = out.logits  # (B, n_keep, V), or (B, T, V) from a model that ignored logits_to_keep
-    if logits.shape[1] == n_keep:
-        pos = pos - lo
+    return response_logprobs(logits, ids, start, rlen, first=lo if logits.shape[1] == n_keep else 0,
+                             temperature=temperature, with_entropy=with_entropy, allowed=allowed)
+
+
+def response_logprobs(logits: torch.Tensor, ids: torch.Tensor, start: torch.Tensor, rlen: torch.Tensor, *,
+                      first: int = 0, temperature: float = 1.0, with_entropy: bool = False,
+                      allowed: Sequence | None = None):
+    """``token_logprobs``' result from logits already computed over ``pad_rows`` output.
+
+    ``logits[:, j]`` predicts token ``first + j + 1``; ``ids, start, rlen`` are ``pad_rows``'.
+    Lets a caller that needs the logits for more than the response (the SFT prompt loss) reuse
+    one forward pass.
+    """
+    device = logits.device
+    Lmax = int(rlen.max()) if ids.shape[0] else 0
+    pos = start[:, None] - 1 + torch.arange(Lmax)[None, :]  # (B, Lmax)
+    mask = (torch.arange(Lmax)[None, :] < rlen[:, None])
+    pos = torch.where(mask, pos, torch.full_like(pos, first)) - first
     pos = pos.to(device)
     sel = torch.gather(logits, 1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, Lmax, V)
     sel = sel.float() / temperature
     if allowed is not None:
         sel = _restrict(sel, allowed)
     logp_all = torch.log_softmax(sel, dim=-1)
-    tgt_pos = torch.where(mask, start[:, None] + torch.arange(Lmax)[None, :], torch.zeros_like(pos.cpu())).to(device)
-    targets = torch.gather(ids, 1, tgt_pos)  # (B, Lmax)
+    tgt_pos = torch.where(mask, start[:, None] + torch.arange(Lmax)[None, :], torch.zeros_like(mask, dtype=torch.long))
+    targets = torch.gather(ids, 1, tgt_pos.to(device))  # (B, Lmax)
     logp = torch.gather(logp_all, 2, targets[:, :, None]).squeeze(-1)
     mask = mask.to(device)
     logp = logp * mask

@@ -70,15 +70,14 @@ def collect_expert_demos(
                 admissible = info.get("admissible_actions")
                 prompt_for = partial(agent.build_prompt, observation=obs, history=hist.entries, step=len(hist),
                                      admissible_actions=admissible)
-                expert = env.expert_action()
-                action = agent.parse(format_expert_response(family, expert, think=think)).action
-                episode.append(_demo_row(prompt_for(task_text), expert, family, tokenizer, agent, admissible,
-                                         think=think, with_allowed=with_allowed))
+                text = format_expert_response(family, env.expert_action(), think=think)
+                action = agent.parse(text).action
+                episode.append(_demo_row(prompt_for(task_text), text, tokenizer, agent, admissible, with_allowed))
                 if relabel and family == "alfworld" and admissible:
                     for task_v, action_v in relabel_step(task_text, action, admissible,
                                                          holds_task_object(task_text, actions), relabel):
-                        episode.append(_demo_row(prompt_for(task_v), action_v, family, tokenizer, agent, admissible,
-                                                 think=think, with_allowed=with_allowed))
+                        text_v = format_expert_response(family, action_v, think=think)
+                        episode.append(_demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible, with_allowed))
                 actions.append(action)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)
@@ -93,10 +92,8 @@ def collect_expert_demos(
     return demos
 
 
-def _demo_row(prompt, expert_action: str, family: str, tokenizer, agent: Agent, admissible, *,
-              think: str, with_allowed: bool) -> tuple:
-    """(prompt_ids, response_ids[, allowed]) for one expert action; the response ends with EOS."""
-    text = format_expert_response(family, expert_action, think=think)
+def _demo_row(prompt, text: str, tokenizer, agent: Agent, admissible, with_allowed: bool) -> tuple:
+    """(prompt_ids, response_ids[, allowed]) for one expert response ``text``; the response ends with EOS."""
     resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
     row = (np.asarray(prompt.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
     if with_allowed:

@@ -41,7 +41,7 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
         logp, _, mask = token_logprobs(model, prompts, responses, pad_token_id=pad_token_id, allowed=allowed)
         n = int(mask.sum())
         return -(logp * mask).sum() / max(n, 1), n
-    from gigpo.policy.base import _restrict, pad_rows
+    from gigpo.policy.base import pad_rows, response_logprobs
 
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id)
@@ -52,16 +52,8 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
     tgt = torch.arange(1, ids.shape[1], device=device)[None, :]  # position of each target token
     is_prompt = attn[:, 1:].bool() & (tgt < start.to(device)[:, None])
     n_p = int(is_prompt.sum())
-    # response: the positions token_logprobs uses, under the action mask where one was recorded
-    L = int(rlen.max())
-    k = torch.arange(L)[None, :]
-    mask = (k < rlen[:, None]).to(device)
-    pos = torch.where(mask.cpu(), start[:, None] - 1 + k, torch.zeros_like(k)).to(device)
-    sel = torch.gather(logits, 1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, L, V)
-    if allowed is not None:
-        sel = _restrict(sel, allowed)
-    tgt_ids = torch.gather(ids, 1, torch.where(mask, pos + 1, torch.zeros_like(pos)))
-    logp = torch.gather(torch.log_softmax(sel, -1), 2, tgt_ids[:, :, None]).squeeze(-1) * mask
+    # response: token_logprobs' masked log-probs, from the same forward pass
+    logp, _, mask = response_logprobs(logits, ids, start, rlen, allowed=allowed)
     n = int(mask.sum())
     loss = -logp.sum() / max(n, 1) + prompt_weight * (nll * is_prompt).sum() / max(n_p, 1)
     return loss, n
