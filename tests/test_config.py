@@ -129,6 +129,13 @@ def test_sft_cache_key_changes_with_think_style_only_when_not_default():
     assert sft_key(base) != sft_key(load_config(None, ["sft.warmup_steps=30"]))
     assert sft_key(base) == sft_key(load_config(None, ["sft.relabel=0"]))
     assert sft_key(base) != sft_key(load_config(None, ["sft.relabel=4"]))
+    # which held-out games are evaluated does not change the SFT (it reads the train split)
+    seen = load_config("configs/alfworld_tiny.yaml", [])
+    before = sft_key(seen)
+    seen.env.task_kwargs["eval_split"] = "valid_seen"
+    assert sft_key(seen) == before
+    seen.env.task_kwargs["max_distractors"] = 3
+    assert sft_key(seen) != before
 
 
 def test_sft_cache_key_follows_the_tiny_build(monkeypatch):

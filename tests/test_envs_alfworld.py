@@ -8,8 +8,10 @@ import re
 
 import pytest
 
+from gigpo.agent.relabel import task_words
 from gigpo.envs import make_env, make_tasks
 from gigpo.envs.alfworld import TASK_TYPES, GameSpec, write_game
+from gigpo.envs.alfworld.generator import build_layout
 from gigpo.envs.base import TextEnv
 
 
@@ -186,3 +188,34 @@ def test_small_rooms_cap_receptacles_keep_the_task_solvable_and_ids_distinct(env
         assert info["won"] and reward == 10.0, (task.task_id, obs)
     with pytest.raises(ValueError, match="max_receptacles"):
         GameSpec(1, "pick_and_place_simple", "Apple", "Fridge", max_receptacles=0)
+
+
+def test_valid_seen_eval_split_is_new_layouts_of_training_goals(env):
+    kw = dict(task_types=["pick_and_place_simple"], max_receptacles=6, max_distractors=4)
+    train = make_tasks("alfworld", "train", **kw)
+    seen = make_tasks("alfworld", "eval", n=4, seed=1, eval_split="valid_seen", **kw)
+    unseen = make_tasks("alfworld", "eval", n=4, seed=1, **kw)
+    assert {t.split for t in seen} == {"eval"}
+    # training goals in their training scenes, but no training game
+    train_goals = {(_combo(t), t.data["spec"]["scene"]) for t in train}
+    assert all((_combo(t), t.data["spec"]["scene"]) in train_goals for t in seen)
+    assert not {t.task_id for t in seen} & {t.task_id for t in train}
+    assert not {_combo(t) for t in unseen} & {_combo(t) for t in train}  # the default is unchanged
+    # a new layout: same goal and room, different game; still solvable by the expert
+    task = seen[0]
+    twin = next(t for t in train if t.task_id == task.task_id.replace("-v1000", "-v0"))
+    obs_seen, _ = env.reset(task)
+    obs_train, _ = env.reset(twin)
+    words = [task_words(o.split("Your task is to:")[1]) for o in (obs_seen, obs_train)]
+    assert [(m.group("obj"), m.group("rec")) for m in words] == [(task.data["spec"]["obj"].lower(),
+                                                                  task.data["spec"]["recep"].lower())] * 2
+    assert build_layout(GameSpec(**task.data["spec"]))["objects"] != build_layout(GameSpec(**twin.data["spec"]))["objects"]
+    first_scene = env.reset(task)[0]
+    for _ in range(50):
+        obs, reward, done, info = env.step(env.expert_action())
+        if done:
+            break
+    assert info["won"], task.task_id
+    assert first_scene == obs_seen
+    with pytest.raises(ValueError, match="eval_split"):
+        make_tasks("alfworld", "eval", n=1, eval_split="valid_unseeen")

@@ -126,7 +126,9 @@ def _bar(enabled: bool, total: int, desc: str):
 def sft_key(cfg) -> str:
     """Hash of everything that shapes the SFT model (model, env/prompt format, SFT settings, seed)."""
     parts = {"model": cfg.model.name_or_path, "sft": dataclasses.asdict(cfg.sft) | {"output_dir": ""},
-             "family": cfg.env.family, "kwargs": cfg.env.kwargs, "task_kwargs": cfg.env.task_kwargs,
+             "family": cfg.env.family, "kwargs": cfg.env.kwargs,
+             # eval_split picks held-out games only; SFT reads the train split
+             "task_kwargs": {k: v for k, v in cfg.env.task_kwargs.items() if k != "eval_split"},
              "max_steps": cfg.env.max_steps, "history": cfg.env.history_length,
              "prompt": cfg.rollout.max_prompt_tokens, "seed": cfg.seed, "task_seed": cfg.env.task_seed,
              "version": 2}

@@ -4,6 +4,10 @@ Generated splits (the default): every (task type, object, receptacle) goal that 
 ALFRED FloorPlan scene is a *combo*; a fixed hash puts ~1 in 8 combos in ``eval`` and the rest in
 ``train``, so eval goals are never seen in training (in any room). Each (combo, scene) pair gives
 ``variants`` layouts. The split's content is fixed; ``seed`` only shuffles its order.
+``eval_split`` picks what ``eval`` holds out, in the spirit of ALFWorld's two validation sets:
+``valid_unseen`` (default) the held-out goals above; ``valid_seen`` new games of the training
+goals in their training scenes (layout variants from ``SEEN_VARIANT_OFFSET`` on, which no
+training game uses), so a policy that has not learnt to read its task can still generalise there.
 
 Official data (``data_dir=`` or ``$ALFWORLD_DATA``, as ALFWorld's own tools): games under
 ``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl``; ``train`` reads ``train``, ``eval`` reads
@@ -26,6 +30,8 @@ from gigpo.envs.base import SPLITS, Task
 
 EVAL_ONE_IN = 8  # fraction of goal combos held out for eval
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
+EVAL_SPLITS = ("valid_seen", "valid_unseen")  # what ``eval`` holds out (see the module docstring)
+SEEN_VARIANT_OFFSET = 1000  # generated valid_seen games: layout variants from here on
 
 
 def is_eval_combo(combo: tuple[str, str, str]) -> bool:
@@ -84,12 +90,17 @@ def _select(items: list, types: Sequence[str], type_of, n, seed, weights, what: 
 
 def generated_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None, task_weights=None,
                     variants: int = 1, max_receptacles: int | None = None,
-                    max_distractors: int | None = None) -> list[Task]:
-    types = _check_types(task_types)
-    specs = [s for s in generated_specs(split, variants) if s.task_type in types]
-    specs = _select(specs, types, lambda s: s.task_type, n, seed, task_weights, f"generated {split}")
+                    max_distractors: int | None = None, eval_split: str = "valid_unseen") -> list[Task]:
     from dataclasses import asdict, replace
 
+    if eval_split not in EVAL_SPLITS:
+        raise ValueError(f"eval_split must be one of {EVAL_SPLITS} for generated ALFWorld tasks, got {eval_split!r}")
+    types = _check_types(task_types)
+    seen = split == "eval" and eval_split == "valid_seen"
+    specs = [s for s in generated_specs("train" if seen else split, variants) if s.task_type in types]
+    if seen:
+        specs = [replace(s, variant=s.variant + SEEN_VARIANT_OFFSET) for s in specs]
+    specs = _select(specs, types, lambda s: s.task_type, n, seed, task_weights, f"generated {split}")
     size = {k: v for k, v in (("max_receptacles", max_receptacles), ("max_distractors", max_distractors))
             if v is not None}
     if size:
@@ -145,6 +156,9 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None,
                max_receptacles: int | None = None, max_distractors: int | None = None) -> list[Task]:
     """ALFWorld tasks of ``split``; official games when ``data_dir`` or ``$ALFWORLD_DATA`` is set.
 
+    ``eval_split``: which games ``eval`` means, ``valid_unseen`` (default) or ``valid_seen`` (the
+    official directories of those names; for generated tasks see the module docstring).
+
     ``max_receptacles`` / ``max_distractors`` shrink generated rooms (defaults: 16 and 20, ALFWorld-like
     sizes); they do not apply to official games.
     """
@@ -156,4 +170,5 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None,
         data_dir = os.environ["ALFWORLD_DATA"]
     if data_dir:
         return official_tasks(split, data_dir, n, seed, task_types, task_weights, eval_split)
-    return generated_tasks(split, n, seed, task_types, task_weights, variants, max_receptacles, max_distractors)
+    return generated_tasks(split, n, seed, task_types, task_weights, variants, max_receptacles, max_distractors,
+                           eval_split)
