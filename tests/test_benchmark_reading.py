@@ -55,3 +55,48 @@ def test_reading_probe_runs_end_to_end_on_tiny(capsys):
     R.main(["--model", "tiny", "--tasks", "2", "--max-steps", "3"])
     out = capsys.readouterr().out
     assert "2 held-out tasks, success" in out and "take the task's object" in out
+
+
+PROBE = Path(__file__).resolve().parents[1] / "benchmarks" / "reading_probe.py"
+
+
+def _load_probe():
+    import sys
+
+    spec = importlib.util.spec_from_file_location("reading_probe_bench", PROBE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_probe_states_are_consistent_and_need_the_task():
+    import random
+
+    from gigpo.agent.relabel import task_words
+
+    P = _load_probe()
+    rng = random.Random(0)
+    for _ in range(200):
+        s = P.reading_state(rng)
+        m = task_words(s.task)
+        assert s.action in s.admissible and len(set(s.admissible)) == len(s.admissible)
+        if s.kind == "take":
+            takes = [a for a in s.admissible if a.startswith("take ")]
+            assert s.action.split()[1] == m.group("obj") and len(takes) >= 2  # a real choice
+            assert all(a.split()[1] in s.observation for a in takes)
+        else:
+            types = {a.split()[2] for a in s.admissible if a.startswith("go to ")}
+            assert s.action.split()[2] == m.group("rec") and len(types) >= 2
+            assert s.observation.startswith("You pick up the " + m.group("obj"))
+        # the history ends with the action that led to the current observation
+        assert s.history[-1][1].startswith(("go to ", "take "))
+
+
+def test_probe_runs_and_prints_accuracy(capsys, tmp_path):
+    P = _load_probe()
+    P.main(["--steps", "2", "--eval-rows", "3", "--eval-every", "1", "--format", "short",
+            "--save", str(tmp_path / "m")])
+    out = capsys.readouterr().out
+    assert "format short" in out and out.count("take ") >= 3 and "step 2: loss" in out
+    assert (tmp_path / "m" / "config.json").exists()
