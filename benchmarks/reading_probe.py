@@ -27,24 +27,15 @@ from dataclasses import dataclass
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-OBJECTS = (
-    "alarmclock", "apple", "baseballbat", "basketball", "book", "bowl", "box", "bread", "butterknife", "cd",
-    "candle", "cellphone", "cloth", "creditcard", "cup", "dishsponge", "egg", "fork", "glassbottle",
-    "handtowel", "kettle", "keychain", "knife", "ladle", "laptop", "lettuce", "mug", "newspaper", "pan",
-    "papertowel", "pen", "pencil", "peppershaker", "pillow", "plate", "plunger", "pot", "potato",
-    "remotecontrol", "saltshaker", "soapbar", "soapbottle", "spatula", "spoon", "spraybottle", "statue",
-    "tennisracket", "tissuebox", "toiletpaper", "tomato", "towel", "vase", "watch", "wateringcan",
-    "winebottle",
-)
-# Receptacles an object can be put in or on; True: opened and closed (the engine lists open/close).
-RECEPTACLES = {
-    "armchair": False, "bathtubbasin": False, "bed": False, "cabinet": True, "cart": False,
-    "coffeemachine": False, "coffeetable": False, "countertop": False, "desk": False, "diningtable": False,
-    "drawer": True, "dresser": False, "fridge": True, "garbagecan": False, "handtowelholder": False,
-    "laundryhamper": False, "microwave": True, "ottoman": False, "safe": True, "shelf": False,
-    "sidetable": False, "sinkbasin": False, "sofa": False, "stoveburner": False, "toaster": False,
-    "toilet": False, "towelholder": False,
-}
+from alfworld.gen.constants import OPENABLE_CLASS_SET  # noqa: E402
+
+from gigpo.envs.alfworld.generator import CAN_CONTAIN, PICKUPABLE, STATIC_RECEPTACLES  # noqa: E402
+
+# Names as the generated games print them (lower-cased ALFRED types): objects that can be picked
+# up, and the static receptacles that can hold one; openable ones are opened and closed.
+OBJECTS = tuple(sorted(o.lower() for o in PICKUPABLE))
+RECEPTACLES = tuple(sorted(r.lower() for r in STATIC_RECEPTACLES if r in CAN_CONTAIN))
+OPENABLE = frozenset(r.lower() for r in OPENABLE_CLASS_SET)
 KINDS = ("take", "carry")
 
 
@@ -70,17 +61,17 @@ def _listing(objs: list[str]) -> str:
 
 def _arrive(rec: str, contents: list[str], rng: random.Random) -> str:
     """The engine's text on arriving at (or opening) ``rec``."""
-    if RECEPTACLES[rec.rsplit(" ", 1)[0]] and rng.random() < 0.5:
+    if rec.rsplit(" ", 1)[0] in OPENABLE and rng.random() < 0.5:
         return f"You open the {rec}. The {rec} is open. In it, you see {_listing(contents)}."
     return f"You arrive at {rec}. On the {rec}, you see {_listing(contents)}."
 
 
 def _room(rng: random.Random, max_types: int) -> list[str]:
-    types = rng.sample(sorted(RECEPTACLES), rng.randint(3, max_types))
+    types = rng.sample(RECEPTACLES, rng.randint(3, max_types))
     return [f"{t} {i}" for t in types for i in range(1, rng.choice((1, 1, 2, 3)) + 1)]
 
 
-def _go_tos(room: list[str], here: str | None) -> list[str]:
+def _go_tos(room: list[str], here: str) -> list[str]:
     return [f"go to {r}" for r in room if r != here]
 
 
@@ -116,10 +107,9 @@ def reading_state(rng: random.Random, kind: str | None = None, max_types: int = 
         src_contents = rng.sample(numbered[1:], rng.randint(0, len(numbered) - 1))
         obs = f"You pick up the {held} from the {here}."
         history = ((before, f"go to {here}"), (_arrive(here, [held] + src_contents, rng), f"take {held} from {here}"))
-        extra = [f"examine {here}", f"examine {held}", "inventory", "look"]
-        extra += [f"move {held} to {here}"]
+        extra = [f"examine {here}", f"examine {held}", "inventory", "look", f"move {held} to {here}"]
         admissible = sorted(_go_tos(room, here) + extra)
-        action = f"go to {min((r for r in room if r.startswith(target_rec + ' ')), key=lambda r: int(r.split()[-1]))}"
+        action = f"go to {target_rec} 1"  # the lowest-numbered instance (every type has a 1)
     return ReadingState(kind, task, obs, history, step + len(history), tuple(admissible), action)
 
 

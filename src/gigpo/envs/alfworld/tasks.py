@@ -7,7 +7,7 @@ ALFRED FloorPlan scene is a *combo*; a fixed hash puts ~1 in 8 combos in ``eval`
 ``eval_split`` picks what ``eval`` holds out, in the spirit of ALFWorld's two validation sets:
 ``valid_unseen`` (default) the held-out goals above; ``valid_seen`` new games of the training
 goals in their training scenes (layout variants from ``SEEN_VARIANT_OFFSET`` on, which no
-training game uses), so a policy that has not learnt to read its task can still generalise there.
+training game uses): generalising there needs no reading of goals never trained on.
 
 Official data (``data_dir=`` or ``$ALFWORLD_DATA``, as ALFWorld's own tools): games under
 ``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl``; ``train`` reads ``train``, ``eval`` reads
