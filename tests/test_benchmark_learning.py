@@ -144,6 +144,9 @@ def test_quick_writes_summaries_table_and_plots_from_real_runs(quick):
         s = json.loads((res / f"{v}-s0.json").read_text())
         assert [e["tag"] for e in s["evals"]] == ["eval_before", "eval_final"]
         assert s["config"]["algorithm.estimator"] == v.split("_std")[0]
+        # what shaped the tasks is kept, and named in the page (a comparison run with overrides of it
+        # must say so)
+        assert s["config"]["env.task_kwargs"]["task_types"] == ["pick_and_place_simple"]
         assert len(s["train"]) == 1 and s["train"][0]["time/iteration"] > 0
         row = next(ln for ln in text.splitlines() if ln.startswith(f"| {v} | 1/1 |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
@@ -160,6 +163,7 @@ def test_quick_writes_summaries_table_and_plots_from_real_runs(quick):
     assert (root / "runs" / "gigpo_std_norm-s0" / "metrics.jsonl").read_text().count("eval_before") == 1
     assert "eval_before" not in (root / "runs" / "grpo-s0" / "metrics.jsonl").read_text()
     assert "estimate: ~" in stdout and "minus grpo" in text
+    assert "tasks " in text and "task_types=['pick_and_place_simple']" in text
 
 
 @pytest.mark.slow
