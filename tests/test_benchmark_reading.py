@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "reading.py"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("reading_bench", SCRIPT)
+def _load(script: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / script)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
 
-R = _load()
+R = _load("reading.py", "reading_bench")
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +59,8 @@ def test_reading_probe_runs_end_to_end_on_tiny(capsys):
     assert "2 held-out tasks, success" in out and "take the task's object" in out
 
 
-PROBE = Path(__file__).resolve().parents[1] / "benchmarks" / "reading_probe.py"
-
-
 def _load_probe():
-    import sys
-
-    spec = importlib.util.spec_from_file_location("reading_probe_bench", PROBE)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return _load("reading_probe.py", "reading_probe_bench")
 
 
 def test_probe_states_are_consistent_and_need_the_task():
