@@ -97,3 +97,26 @@ def test_warmup_then_cosine_schedule():
     f = [up._lr_factor(i) for i in range(7)]
     assert f[:2] == [0.5, 1.0] and f[2] == pytest.approx(1.0) and f[6] == pytest.approx(0.0)
     assert all(a >= b for a, b in zip(f[2:], f[3:]))
+
+
+def test_bf16_autocast_logprobs_close_to_float32_and_update_learns():
+    m = _model()
+    prompts, responses, _ = _rows(8)
+    kw = dict(pad_token_id=0, temperature=1.0, token_budget=8192)
+    f32 = batched_logprobs(m, prompts, responses, **kw)
+    b16 = batched_logprobs(m, prompts, responses, autocast="bf16", **kw)
+    for x, y in zip(f32, b16):
+        assert x.dtype == y.dtype == np.float32  # log-probs stay float32 under autocast
+        np.testing.assert_allclose(x, y, atol=0.05)
+    assert any(not np.array_equal(x, y) for x, y in zip(f32, b16))  # the matmuls really ran in bf16
+    cfg = TrainConfig(lr=1e-2, mini_batch_rows=8, use_kl=False, entropy_coef=0.0, autocast="bf16")
+    before = [p.dtype for p in m.parameters()]
+    PolicyUpdater(m, cfg, pad_token_id=0).update(prompts, responses, np.ones(8, np.float32), f32)
+    assert [p.dtype for p in m.parameters()] == before  # weights stay float32 (autocast, not a cast)
+    new = batched_logprobs(m, prompts, responses, **kw)
+    assert sum(n.sum() for n in new) > sum(o.sum() for o in f32)
+
+
+def test_autocast_value_is_checked():
+    with pytest.raises(ValueError, match="train.autocast"):
+        TrainConfig(autocast="fp16")

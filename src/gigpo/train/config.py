@@ -157,11 +157,15 @@ class TrainConfig:
                                        "would only dilute the token mean; like DAPO's dynamic sampling)")
     max_bad_updates: int = F(3, "consecutive non-finite losses that stop the run")
     torch_threads: int = F(1, "torch CPU threads (1 is fastest on a shared 2-core machine)")
+    autocast: str = F("none", "mixed precision of the update's and log-prob passes' forward: none (float32 "
+                      "matmuls) or bf16 (torch.autocast; ~2x faster on CPUs with AVX512-BF16; log-probs and "
+                      "the loss stay float32; sampling is unchanged)")
 
     def __post_init__(self):
         _choice(self.schedule, "train.schedule", ("constant", "cosine"))
         _choice(self.kl_type, "train.kl_type", KL_TYPES)
         _choice(self.loss_agg_mode, "train.loss_agg_mode", AGG_MODES)
+        _choice(self.autocast, "train.autocast", ("none", "bf16"))
         _check(self.iterations >= 0, "train.iterations", "must be >= 0")
         _check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
         for k in ("ppo_epochs", "mini_batch_rows", "micro_token_budget", "max_bad_updates", "torch_threads"):

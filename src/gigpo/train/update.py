@@ -15,6 +15,7 @@ accumulated, each micro-batch loss divided by the number of micro-batches (refer
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 
@@ -37,19 +38,34 @@ def _pad(seqs, idx, width: int, device) -> torch.Tensor:
     return out.to(device)
 
 
+def autocast_context(model, mode: str):
+    """``torch.autocast`` for ``train.autocast`` (``none`` or ``bf16``) on the model's device.
+
+    Only the model's matmuls run in bfloat16; ``response_logprobs`` casts the logits to float32
+    before the softmax, so log-probs, ratios and the loss are float32. Measured on the SFT'd
+    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/tiny_run.md).
+    """
+    if mode == "none":
+        return contextlib.nullcontext()
+    device = next(model.parameters()).device
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
 @torch.no_grad()
 def batched_logprobs(model, prompts, responses, *, pad_token_id: int, temperature: float,
-                     token_budget: int, allowed=None) -> list[np.ndarray]:
+                     token_budget: int, allowed=None, autocast: str = "none") -> list[np.ndarray]:
     """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
-    ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None."""
+    ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None;
+    ``autocast``: ``train.autocast``."""
     was_training = model.training
     model.eval()
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
     for mb in token_budget_microbatches(lengths, token_budget):
-        lp, _, _ = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                  pad_token_id=pad_token_id, temperature=temperature,
-                                  allowed=[allowed[i] for i in mb] if allowed is not None else None)
+        with autocast_context(model, autocast):
+            lp, _, _ = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
+                                      pad_token_id=pad_token_id, temperature=temperature,
+                                      allowed=[allowed[i] for i in mb] if allowed is not None else None)
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
             out[i] = lp[j, : len(responses[i])].copy()
@@ -125,10 +141,11 @@ class PolicyUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         finite = True
         for mb in mbs:
-            lp, ent, mask = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                           pad_token_id=self.pad_token_id, temperature=self.temperature,
-                                           with_entropy=cfg.entropy_coef > 0,
-                                           allowed=[allowed[i] for i in mb] if allowed is not None else None)
+            with autocast_context(model, cfg.autocast):
+                lp, ent, mask = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
+                                               pad_token_id=self.pad_token_id, temperature=self.temperature,
+                                               with_entropy=cfg.entropy_coef > 0,
+                                               allowed=[allowed[i] for i in mb] if allowed is not None else None)
             width = lp.shape[1]
             old = _pad(old_logp, mb, width, dev)
             ref = _pad(ref_logp, mb, width, dev) if ref_logp is not None else None
