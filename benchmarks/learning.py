@@ -49,6 +49,13 @@ VARIANTS = {
 
 CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo")
 
+# Variants whose advantages equal another variant's exactly (tests/test_advantages_registry.py):
+# with mean_std_norm, GiGPO without its step part is GRPO's episode advantage, so with the same
+# seed its run is GRPO's run, step for step (measured: identical per-seed results and statistics,
+# docs/results.md). When both are asked for, the benchmark runs the pair once and reports the run
+# under both names (marked); ``--rerun-identical`` runs it anyway, as a determinism check.
+IDENTICAL = {"gigpo_no_step": "grpo"}
+
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
 # every variant). ALFWorld: the default job's budget (10 iterations of 8 tasks x 4 rollouts, 48
 # held-out tasks before and after); measured on the shared 2-core machine with two runs in
@@ -84,6 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every k iterations")
     p.add_argument("--jobs", type=int, default=2, help="training processes at a time (1 torch thread each)")
     p.add_argument("--quick", action="store_true", help="tiny smoke budget (see QUICK)")
+    p.add_argument("--rerun-identical", action="store_true",
+                   help=f"also run variants identical to another one ({IDENTICAL}) instead of reusing its runs")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing")
     p.add_argument("--report-only", action="store_true",
                    help="rebuild the report from <out>/results/<family>/ (re-exporting from --runs-dir when it exists)")
@@ -170,17 +179,22 @@ def plan_runs(args, sft_dir: str) -> list[dict]:
     runs = []
     order = [(seed, v) for tier in (True, False) for seed in args.seeds
              for v in args.estimators if (v in CORE) == tier]
+    same = {} if args.rerun_identical else {v: w for v, w in IDENTICAL.items() if w in args.estimators}
+    first = next(v for v in args.estimators if v not in same)
     for seed, v in order:
         name = f"{v}-s{seed}"
         # Before training every variant of a seed holds the same model, eval tasks and sampling
         # seed, so the eval before training is identical: only the seed's first variant runs it
         # and the report shares it (learning_report.export_summaries).
-        before = "true" if v == args.estimators[0] else "false"
+        before = "true" if v == first else "false"
         ov = [*args.budget_overrides, *COMMON, *VARIANTS[v], f"seed={seed}", f"log.eval_before={before}",
               f"train.iterations={args.iterations}", f"log.eval_every={args.eval_every}",
               f"model.name_or_path={sft_dir}", "sft.enabled=false",
               f"output_dir={args.runs_dir}", f"name={name}"]
-        runs.append({"name": name, "variant": v, "seed": seed, "dir": args.runs_dir / name, "overrides": ov})
+        run = {"name": name, "variant": v, "seed": seed, "dir": args.runs_dir / name, "overrides": ov}
+        if v in same:
+            run["same_as"] = f"{same[v]}-s{seed}"
+        runs.append(run)
     return runs
 
 
@@ -217,6 +231,8 @@ def check_same_config(run: dict, args) -> None:
 
 def execute(run: dict, args) -> dict:
     """Run (or resume) one training run as a subprocess; returns {name, rc, seconds, state}."""
+    if "same_as" in run:
+        return {"name": run["name"], "rc": 0, "seconds": 0.0, "state": f"reported from {run['same_as']}"}
     state = run_state(run, args.iterations)
     if state == "done":
         return {"name": run["name"], "rc": 0, "seconds": 0.0, "state": "skipped (complete)"}
@@ -249,7 +265,7 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
         source = f"{len(done)} finished run(s)"
     n_eval = 1 + (args.iterations - 1) // args.eval_every + 1 / len(args.estimators)  # before: once per seed
     per_run = cost["startup"] + args.iterations * cost["iteration"] + n_eval * cost["eval"]
-    todo = sum(1 for r in runs if run_state(r, args.iterations) != "done")
+    todo = sum(1 for r in runs if "same_as" not in r and run_state(r, args.iterations) != "done")
     return todo * per_run / 60.0 / args.jobs, (f"{todo} run(s) to do x ~{per_run / 60:.1f} min "
                                                 f"/ {args.jobs} jobs (per-run cost from {source})")
 
@@ -260,8 +276,9 @@ def main(argv=None) -> int:
     if args.report_only:
         plan = args.runs_dir / "plan.json"
         if plan.exists():  # run dirs still here: refresh the summaries from their metrics first
-            names = [r["name"] for r in json.loads(plan.read_text())["runs"]]
-            learning_report.export_summaries(args.runs_dir, out, args.family, names)
+            planned = json.loads(plan.read_text())["runs"]
+            learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in planned],
+                                             same_as={r["name"]: r["same_as"] for r in planned if "same_as" in r})
         path = learning_report.write_report(out, args.family)
         print(f"report: {path}")
         return 0
@@ -277,6 +294,10 @@ def main(argv=None) -> int:
     if not args.dry_run:
         for r in runs:
             check_same_config(r, args)
+    for r in runs:
+        if "same_as" in r:
+            print(f"{r['name']}: reported from {r['same_as']} (identical advantages; --rerun-identical runs it)",
+                  flush=True)
     minutes, how = estimate_minutes(args, runs)
     print(f"estimate: ~{minutes:.0f} min wall ({how})", flush=True)
     (args.runs_dir / "plan.json").write_text(json.dumps(
@@ -288,7 +309,8 @@ def main(argv=None) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda r: execute(r, args), runs))
     failed = [r["name"] for r in results if r["rc"] != 0]
-    learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in runs])
+    learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in runs],
+                                     same_as={r["name"]: r["same_as"] for r in runs if "same_as" in r})
     path = learning_report.write_report(out, args.family)
     print(f"report: {path}  ({(time.perf_counter() - t0) / 60:.1f} min total)", flush=True)
     if failed:

@@ -60,15 +60,26 @@ def load_run_dir(run_dir: Path) -> dict | None:
             "evals": evals, "train": train}
 
 
-def export_summaries(runs_dir: Path, out: Path, family: str, names: list[str]) -> list[Path]:
-    """Write ``<out>/results/<family>/<name>.json`` for every run in ``names`` that has metrics."""
+def export_summaries(runs_dir: Path, out: Path, family: str, names: list[str],
+                     same_as: dict[str, str] | None = None) -> list[Path]:
+    """Write ``<out>/results/<family>/<name>.json`` for every run in ``names`` that has metrics.
+
+    ``same_as``: run name -> the run reported for it (a variant with identical advantages that was
+    not rerun, ``benchmarks/learning.py``'s IDENTICAL); its summary is that run's, marked ``same_run_as``.
+    """
+    same_as = same_as or {}
     dest = Path(out) / "results" / family
     dest.mkdir(parents=True, exist_ok=True)
     frozen = Path(runs_dir) / "base_config.yaml"  # the config every run read (benchmarks/learning.py)
     if frozen.exists():
         (dest / "base_config.yaml").write_text(frozen.read_text())
-    summaries = [s for s in (load_run_dir(Path(runs_dir) / n) for n in names) if s is not None]
+    summaries = [s for s in (load_run_dir(Path(runs_dir) / n) for n in names if n not in same_as) if s is not None]
     share_eval_before(summaries)
+    found = {s["name"]: s for s in summaries}
+    for name, src in same_as.items():
+        if name in names and src in found:
+            variant, seed = re.fullmatch(r"(.+)-s(\d+)", name).groups()
+            summaries.append({**found[src], "name": name, "variant": variant, "seed": int(seed), "same_run_as": src})
     written = []
     for s in summaries:
         p = dest / f"{s['name']}.json"
@@ -127,6 +138,17 @@ def final_eval(s: dict) -> dict | None:
 def first_eval(s: dict) -> dict | None:
     b = [e for e in s["evals"] if e["tag"] == "eval_before"]
     return b[0] if b else None
+
+
+def _same_as(runs: list[dict]) -> str:
+    """The variant these runs were reported from (``same_run_as``), or ''."""
+    src = {r.get("same_run_as", "").rsplit("-s", 1)[0] for r in runs}
+    return src.pop() if len(src) == 1 else ""
+
+
+def _label(variant: str, runs: list[dict]) -> str:
+    src = _same_as(runs)
+    return f"{variant} (= {src}'s runs: identical advantages, not rerun)" if src else variant
 
 
 def by_variant(summaries: list[dict]) -> dict[str, list[dict]]:
@@ -193,6 +215,8 @@ def plot_curves(groups: dict[str, list[dict]], key: str, x: str, path: Path, tit
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for variant, runs in groups.items():
+        if _same_as(runs):
+            continue  # the same curve as the variant it was reported from (named in the table)
         its, secs, ms, sds = curve(runs, key)
         xs = its if x == "iteration" else [s / 60.0 for s in secs]
         style = "-" if variant.startswith(("gigpo_std", "gigpo_mean")) else "--"
@@ -266,7 +290,7 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
         last3 = [sum(t["rollout/success"] for t in r["train"][-3:]) / len(r["train"][-3:]) for r, _ in ok if r["train"]]
         a, it, share = cost_share(runs)
         per_seed = f" ({', '.join(f'{x * 100:.0f}' for x in final)})" if final else ""
-        row = (f"| {v} | {len(ok)}/{len(runs)} | {fmt(before)} | {fmt(final)}{per_seed} "
+        row = (f"| {_label(v, runs)} | {len(ok)}/{len(runs)} | {fmt(before)} | {fmt(final)}{per_seed} "
                f"| {fmt(change)} | {fmt(best)} | {fmt(last3)} ")
         if family != "alfworld":
             row += f"| {fmt([f.get('eval/score', math.nan) for _, f in ok], 1.0, 3)} "

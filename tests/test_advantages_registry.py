@@ -25,6 +25,9 @@ def test_ablations_are_the_two_parts_of_gigpo():
     np.testing.assert_array_equal(no_step.advantages, full.episode_advantages)
     np.testing.assert_array_equal(no_ep.advantages, full.step_advantages)
     np.testing.assert_allclose(no_step.advantages + no_ep.advantages, full.advantages, atol=1e-6)
+    # ...and without its step part GiGPO is GRPO exactly (benchmarks/learning.py reuses GRPO's runs)
+    np.testing.assert_array_equal(no_step.advantages, compute_advantages("grpo", normalize_std=True,
+                                                                         **BATCH).advantages)
 
 
 def test_entry_point_passes_options_through():

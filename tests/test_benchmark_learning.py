@@ -113,16 +113,22 @@ def test_mean_and_sample_sd_in_points():
 def test_dry_run_prints_an_estimate_and_runs_nothing(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs"),
                           "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60, check=True)
-    assert re.search(r"estimate: ~\d+ min wall \(18 run\(s\) to do", out.stdout), out.stdout
+    # 18 planned, 15 to train: gigpo_no_step's 3 are GRPO's runs (identical advantages)
+    assert re.search(r"estimate: ~\d+ min wall \(15 run\(s\) to do", out.stdout), out.stdout
     plan = json.loads((tmp_path / "runs" / "plan.json").read_text())
     assert len(plan["runs"]) == 18 and not (tmp_path / "out").exists()
+    assert {r["same_as"] for r in plan["runs"] if "same_as" in r} == {"grpo-s0", "grpo-s1", "grpo-s2"}
+    again = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--rerun-identical", "--runs-dir",
+                            str(tmp_path / "runs2")], capture_output=True, text=True, timeout=60, check=True)
+    assert "(18 run(s) to do" in again.stdout
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """One real --quick comparison: 2 estimators x 1 seed x 1 iteration of `tiny` on ALFWorld."""
+    """One real --quick comparison: 2 estimators x 1 seed x 1 iteration of `tiny` on ALFWorld
+    (plus gigpo_no_step, reported from GRPO's run, not rerun)."""
     root = tmp_path_factory.mktemp("learning")
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--estimators", "gigpo_std_norm,grpo", "--seeds", "0",
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--estimators", "gigpo_std_norm,grpo,gigpo_no_step", "--seeds", "0",
            "--runs-dir", str(root / "runs"), "--out", str(root / "out")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -163,6 +169,13 @@ def test_quick_writes_summaries_table_and_plots_from_real_runs(quick):
     assert (root / "runs" / "gigpo_std_norm-s0" / "metrics.jsonl").read_text().count("eval_before") == 1
     assert "eval_before" not in (root / "runs" / "grpo-s0" / "metrics.jsonl").read_text()
     assert "estimate: ~" in stdout and "minus grpo" in text
+    # gigpo_no_step has GRPO's advantages: reported from grpo-s0, not trained again, and marked so
+    assert not (root / "runs" / "gigpo_no_step-s0").exists()
+    assert "gigpo_no_step-s0: reported from grpo-s0" in stdout and "2 run(s) to do" in stdout
+    alias = json.loads((res / "gigpo_no_step-s0.json").read_text())
+    assert alias["same_run_as"] == "grpo-s0" and alias["variant"] == "gigpo_no_step"
+    assert alias["evals"] == grpo["evals"] and alias["train"] == grpo["train"]
+    assert "| gigpo_no_step (= grpo's runs: identical advantages, not rerun) | 1/1 |" in text
     assert "tasks " in text and "task_types=['pick_and_place_simple']" in text
 
 
