@@ -6,8 +6,8 @@ family's ``configs/<family>_tiny.yaml``, read at run time); only the advantage e
 Runs are ``gigpo train`` subprocesses (one torch thread each, ``--jobs`` at a time), so a killed
 comparison continues where it stopped: complete runs are skipped, partial ones ``--resume``.
 
-    python benchmarks/learning.py                       # full ALFWorld comparison (~2 h, 2 cores)
-    python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~40 min)
+    python benchmarks/learning.py                       # full ALFWorld comparison (~75 min, 2 cores)
+    python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~30 min)
     python benchmarks/learning.py --family webshop
     python benchmarks/learning.py --quick --out /tmp/x  # smoke run of a few minutes
     python benchmarks/learning.py --report-only         # rebuild docs/results.md from docs/results/
@@ -57,12 +57,13 @@ CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo")
 IDENTICAL = {"gigpo_no_step": "grpo"}
 
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
-# every variant). ALFWorld: the default job's budget (10 iterations of 8 tasks x 4 rollouts, 48
-# held-out tasks before and after); measured on the shared 2-core machine with two runs in
-# parallel, an iteration takes ~60 s and an eval ~70 s, i.e. ~13 min per run: the two headline
-# variants x 3 seeds fit ~40 min, all six variants ~2 h.
+# every variant). ALFWorld: 10 iterations of 8 tasks x 4 rollouts (half the default job's 20) with
+# the update in bf16 autocast (2x faster; the default job keeps float32, docs/tiny_run.md Session
+# 7), and the config's 96 held-out tasks before and after: with two runs in parallel, one thread
+# each, an iteration takes ~42 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
+# gigpo_no_step being GRPO's) fit the 90-minute budget (~70 min).
 FULL = {
-    "alfworld": {"iterations": 10, "eval_every": 10, "overrides": []},
+    "alfworld": {"iterations": 10, "eval_every": 10, "overrides": ["train.autocast=bf16"]},
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
 }
 # --quick: a pipeline smoke run (minutes), not a result.
@@ -75,7 +76,7 @@ QUICK = {"iterations": 1, "eval_every": 1,
 COMMON = ["log.progress=false", "log.tensorboard=false", "log.trajectories_every=0", "log.save_every=1",
           "train.torch_threads=1"]
 # Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine).
-DEFAULT_COST = {"alfworld": {"iteration": 60.0, "eval": 70.0, "startup": 40.0},
+DEFAULT_COST = {"alfworld": {"iteration": 42.0, "eval": 75.0, "startup": 30.0},
                 "webshop": {"iteration": 60.0, "eval": 30.0, "startup": 30.0}}
 
 
