@@ -199,6 +199,11 @@ def plan_runs(args, sft_dir: str) -> list[dict]:
     return runs
 
 
+def same_as_map(runs: list[dict]) -> dict[str, str]:
+    """Run name -> the run reported for it, for the planned runs that are not trained (IDENTICAL)."""
+    return {r["name"]: r["same_as"] for r in runs if "same_as" in r}
+
+
 def run_state(run: dict, iterations: int) -> str:
     """``done`` (eval_final at ``iterations`` logged), ``partial`` (a checkpoint to resume) or ``new``."""
     d = run["dir"]
@@ -279,7 +284,7 @@ def main(argv=None) -> int:
         if plan.exists():  # run dirs still here: refresh the summaries from their metrics first
             planned = json.loads(plan.read_text())["runs"]
             learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in planned],
-                                             same_as={r["name"]: r["same_as"] for r in planned if "same_as" in r})
+                                             same_as=same_as_map(planned))
         path = learning_report.write_report(out, args.family)
         print(f"report: {path}")
         return 0
@@ -311,7 +316,7 @@ def main(argv=None) -> int:
         results = list(pool.map(lambda r: execute(r, args), runs))
     failed = [r["name"] for r in results if r["rc"] != 0]
     learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in runs],
-                                     same_as={r["name"]: r["same_as"] for r in runs if "same_as" in r})
+                                     same_as=same_as_map(runs))
     path = learning_report.write_report(out, args.family)
     print(f"report: {path}  ({(time.perf_counter() - t0) / 60:.1f} min total)", flush=True)
     if failed:
