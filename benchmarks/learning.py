@@ -75,9 +75,12 @@ QUICK = {"iterations": 1, "eval_every": 1,
 # Every run: quiet, no trajectory dumps, checkpoint every iteration (resumable), one thread.
 COMMON = ["log.progress=false", "log.tensorboard=false", "log.trajectories_every=0", "log.save_every=1",
           "train.torch_threads=1"]
-# Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine).
-DEFAULT_COST = {"alfworld": {"iteration": 42.0, "eval": 75.0, "startup": 30.0},
-                "webshop": {"iteration": 60.0, "eval": 30.0, "startup": 30.0}}
+# Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine, two
+# runs at a time). Iterations by ``train.autocast``: ALFWorld 39 s (bf16) / 65 s (float32), means
+# of the fifth and sixth comparisons; WebShop measured in float32 only, its bf16 figure scaled by
+# ALFWorld's ratio.
+DEFAULT_COST = {"alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
+                "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0}}
 
 
 def parse_args(argv=None):
@@ -260,7 +263,10 @@ def execute(run: dict, args) -> dict:
 
 def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
     """Wall minutes for the runs still to do, from finished runs' own timings when there are any."""
+    from gigpo.train.config import load_config
+
     cost, source = dict(DEFAULT_COST[args.family]), "defaults measured on the 2-core machine"
+    cost["iteration"] = cost["iteration"][load_config(args.config, args.budget_overrides).train.autocast]
     done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
     done = [d for d in done if d and d["train"]]
     if done:

@@ -121,6 +121,11 @@ def test_dry_run_prints_an_estimate_and_runs_nothing(tmp_path):
     again = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--rerun-identical", "--runs-dir",
                             str(tmp_path / "runs2")], capture_output=True, text=True, timeout=60, check=True)
     assert "(18 run(s) to do" in again.stdout
+    # the budget's bf16 update is ~1.6x faster than float32: the estimate follows the precision
+    fp32 = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs3"),
+                           "train.autocast=none"], capture_output=True, text=True, timeout=60, check=True)
+    minutes = [int(re.search(r"estimate: ~(\d+) min", o.stdout).group(1)) for o in (out, fp32)]
+    assert minutes[1] > 1.3 * minutes[0], minutes
 
 
 @pytest.fixture(scope="module")
