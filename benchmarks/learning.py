@@ -6,7 +6,7 @@ family's ``configs/<family>_tiny.yaml``, read at run time); only the advantage e
 Runs are ``gigpo train`` subprocesses (one torch thread each, ``--jobs`` at a time), so a killed
 comparison continues where it stopped: complete runs are skipped, partial ones ``--resume``.
 
-    python benchmarks/learning.py                       # full ALFWorld comparison (~75 min, 2 cores)
+    python benchmarks/learning.py                       # full ALFWorld comparison (~65 min, 2 cores)
     python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~30 min)
     python benchmarks/learning.py --family webshop
     python benchmarks/learning.py --quick --out /tmp/x  # smoke run of a few minutes
@@ -58,10 +58,11 @@ IDENTICAL = {"gigpo_no_step": "grpo"}
 
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
 # every variant). ALFWorld: 10 iterations of 8 tasks x 4 rollouts (half the default job's 20) with
-# the update in bf16 autocast (2x faster; the default job keeps float32, docs/tiny_run.md Session
-# 7), and the config's 96 held-out tasks before and after: with two runs in parallel, one thread
-# each, an iteration takes ~42 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
-# gigpo_no_step being GRPO's) fit the 90-minute budget (~70 min).
+# the update in bf16 autocast (1.6x faster iterations; gradients at cosine 0.9999 to float32's for
+# every estimator and no estimator-specific effect on results, docs/results.md sixth comparison),
+# and the config's 96 held-out tasks before and after: with two runs in parallel, one thread each,
+# an iteration takes ~40 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
+# gigpo_no_step being GRPO's) fit the 90-minute budget: 65 min measured (float32: ~91).
 FULL = {
     "alfworld": {"iterations": 10, "eval_every": 10, "overrides": ["train.autocast=bf16"]},
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
