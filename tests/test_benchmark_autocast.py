@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from benchmark_scripts import load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("autocast_gradient_bench", BENCH / "autocast_gradient.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["autocast_gradient_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-A = _load()
+A = load("autocast_gradient.py", "autocast_gradient_bench")
 
 
 def test_compare_gives_cosine_and_relative_error():

@@ -3,29 +3,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from benchmark_scripts import BENCH, load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPT = BENCH / "learning.py"
 
 
-def _load():
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("learning_bench", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-L = _load()
+L = load("learning.py", "learning_bench")
 R = L.learning_report
 
 

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from benchmark_scripts import load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("learning_pooled_bench", BENCH / "learning_pooled.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["learning_pooled_bench"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-P = _load()
+P = load("learning_pooled.py", "learning_pooled_bench")
 
 
 def _write(d: Path, variant: str, seed: int, before: float, final: float, **extra) -> None:

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from benchmark_scripts import load
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(script: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCH / script)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-R = _load("reading.py", "reading_bench")
+R = load("reading.py", "reading_bench")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +47,7 @@ def test_reading_probe_runs_end_to_end_on_tiny(capsys):
 
 
 def _load_probe():
-    return _load("reading_probe.py", "reading_probe_bench")
+    return load("reading_probe.py", "reading_probe_bench")
 
 
 def test_probe_states_are_consistent_and_need_the_task():

@@ -1,0 +1,19 @@
+"""Import a script from benchmarks/ (not a package) in the tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(script: str, name: str):
+    """``benchmarks/<script>`` as module ``name``, registered in ``sys.modules`` (dataclasses look
+    their module up there)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / script)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
