@@ -31,16 +31,14 @@ def policy_gradient(model, batch, rows, adv, *, mode: str, pad_token_id: int, te
     """The flattened gradient (float64) of the PPO loss over ``rows`` under autocast ``mode``."""
     from gigpo.policy.base import token_logprobs
     from gigpo.train.loss import actor_loss
-    from gigpo.train.update import autocast_context
+    from gigpo.train.update import _pad, autocast_context
 
     model.zero_grad(set_to_none=True)
     with autocast_context(model, mode):
         lp, _, mask = token_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
                                      pad_token_id=pad_token_id, temperature=temperature,
                                      allowed=[batch.allowed[i] for i in rows] if batch.allowed is not None else None)
-    old = torch.zeros_like(lp)
-    for j, i in enumerate(rows):
-        old[j, : len(batch.logprobs[i])] = torch.as_tensor(batch.logprobs[i])
+    old = _pad(batch.logprobs, rows, lp.shape[1], lp.device)  # as the update pads old log-probs
     loss, _ = actor_loss(lp, old, torch.as_tensor(adv[rows], dtype=torch.float32), mask)
     loss.backward()
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).double()

@@ -14,7 +14,6 @@ draws every run's final success per variant, one marker per comparison, over the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,12 +25,11 @@ def load(spec: str) -> tuple[str, dict[str, dict[int, dict]]]:
     """``DIR[:LABEL]`` -> (label, {variant: {seed: summary}}), aliased runs left out."""
     path, _, label = spec.partition(":")
     d = Path(path)
-    files = sorted(d.glob("*.json"))
-    if not files:
+    summaries = R.read_summaries(d)
+    if not summaries:
         raise SystemExit(f"no run summaries (*.json) in {d}; pass a directory benchmarks/learning.py wrote")
     runs: dict[str, dict[int, dict]] = {}
-    for f in files:
-        s = json.loads(f.read_text())
+    for s in summaries:
         if "same_run_as" in s or R.final_eval(s) is None:
             continue
         runs.setdefault(s["variant"], {})[s["seed"]] = s
@@ -69,11 +67,8 @@ def pooled(comparisons: list[tuple[str, dict]], baseline: str) -> dict:
     return out
 
 
-def _ms(xs: list[float]) -> str:
-    m, sd = R.mean_sd(xs)
-    if m != m:  # nan: no runs
-        return "-"
-    return f"{m:.1f}" + ("" if sd != sd else f" ± {sd:.1f}")
+def _pts(xs: list[float]) -> str:
+    return R.fmt(xs, scale=1.0)  # values are already in points
 
 
 def table(p: dict, baseline: str) -> str:
@@ -82,14 +77,14 @@ def table(p: dict, baseline: str) -> str:
         ["all runs", f"minus {baseline}, paired"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v, row in p["variants"].items():
-        cells = [v] + [f"{_ms(list(f.values()))} ({', '.join(f'{x:.0f}' for x in f.values())})" for f in row["finals"]]
+        cells = [v] + [f"{_pts(list(f.values()))} ({', '.join(f'{x:.0f}' for x in f.values())})" for f in row["finals"]]
         if len(labels) >= 2:
             cells.append(", ".join(f"{d:+.0f}" for d in row["diff"]) or "-")
-        cells.append(f"**{_ms(row['pooled'])}**")
-        cells.append(_ms(row["vs_baseline"]) if "vs_baseline" in row else "-")
+        cells.append(f"**{_pts(row['pooled'])}**")
+        cells.append(_pts(row["vs_baseline"]) if "vs_baseline" in row else "-")
         lines.append("| " + " | ".join(cells) + " |")
     diffs = [d for row in p["variants"].values() for d in row.get("diff", [])]
-    notes = [f"Start (held-out success before training, one value per seed): {_ms(p['start'])}."]
+    notes = [f"Start (held-out success before training, one value per seed): {_pts(p['start'])}."]
     if diffs:
         m, sd = R.mean_sd(diffs)
         notes.append(f"{labels[1]} minus {labels[0]} over all {len(diffs)} paired runs: mean {m:+.1f}, "
@@ -108,7 +103,7 @@ def plot(p: dict, path: Path, title: str) -> Path:
     m, sd = R.mean_sd(p["start"])
     if m == m:
         ax.axhspan(m - (sd if sd == sd else 0), m + (sd if sd == sd else 0), color="grey", alpha=0.15,
-                   label=f"start {_ms(p['start'])}")
+                   label=f"start {_pts(p['start'])}")
         ax.axhline(m, color="grey", lw=0.8)
     markers = "os^Dv"
     for j, lab in enumerate(p["labels"]):

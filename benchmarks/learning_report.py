@@ -110,11 +110,16 @@ def share_eval_before(summaries: list[dict]) -> None:
             s["evals"].insert(0, {**b, "shared_from": name})
 
 
+def read_summaries(d: Path) -> list[dict]:
+    """Every run summary (``*.json``) in directory ``d``, in name order."""
+    return [json.loads(p.read_text()) for p in sorted(Path(d).glob("*.json"))]
+
+
 def load_summaries(out: Path, family: str) -> list[dict]:
     d = Path(out) / "results" / family
     if not d.exists():
         raise FileNotFoundError(f"no summaries in {d}; run benchmarks/learning.py --family {family} first")
-    return [json.loads(p.read_text()) for p in sorted(d.glob("*.json"))]
+    return read_summaries(d)
 
 
 # ------------------------------------------------------------------ statistics
