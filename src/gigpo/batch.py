@@ -118,3 +118,77 @@ class StepBatch:
     def object_array(values) -> np.ndarray:
         """A 1-D object array (strings of any length, no numpy string truncation)."""
         return _obj(values)
+
+
+def select_trajectories(batch: StepBatch, keep) -> StepBatch:
+    """The trajectories where ``keep`` (bool [T]) is true, with their rows, renumbered.
+
+    ``traj_id`` becomes 0..T'-1 and ``episode_id`` 0..E'-1 in their old order, so the result is
+    an ordinary StepBatch (an episode group that loses every trajectory disappears). ``meta`` is
+    kept, except ``traj_tool_calls``, which follows the kept trajectories.
+    """
+    keep = np.asarray(keep, dtype=bool)
+    if keep.shape != (batch.num_trajectories,):
+        raise ValueError(f"keep has shape {keep.shape}; expected ({batch.num_trajectories},)")
+    new_traj = np.cumsum(keep) - 1
+    kept_eps = np.unique(batch.traj_episode_id[keep])
+    ep_map = {int(e): i for i, e in enumerate(kept_eps)}
+    rows = np.flatnonzero(keep[batch.traj_id])
+    kw = {}
+    for f in fields(batch):
+        v = getattr(batch, f.name)
+        if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
+            kw[f.name] = [v[i] for i in rows] if isinstance(v, list) else v[rows]
+        elif f.name in TRAJ_FIELDS:
+            kw[f.name] = v[keep]
+        else:
+            kw[f.name] = v
+    kw["traj_id"] = new_traj[batch.traj_id[rows]].astype(np.int64)
+    kw["episode_id"] = np.asarray([ep_map[int(e)] for e in batch.episode_id[rows]], dtype=np.int64)
+    kw["traj_episode_id"] = np.asarray([ep_map[int(e)] for e in batch.traj_episode_id[keep]], dtype=np.int64)
+    meta = dict(batch.meta)
+    if meta.get("traj_tool_calls") is not None:
+        meta["traj_tool_calls"] = [c for c, k in zip(meta["traj_tool_calls"], keep) if k]
+    kw["meta"] = meta
+    return StepBatch(**kw)
+
+
+def concat_batches(batches) -> StepBatch:
+    """One StepBatch from several (e.g. rollout rounds of one iteration), ids offset so that
+    episode groups and trajectories stay distinct. Numeric ``meta`` counters are summed,
+    ``traj_tool_calls`` concatenated, other meta keys taken from the first batch."""
+    batches = list(batches)
+    if not batches:
+        raise ValueError("concat_batches needs at least one batch")
+    if len(batches) == 1:
+        return batches[0]
+    kw: dict = {}
+    ep_off = tr_off = 0
+    ids = {"episode_id": [], "traj_id": [], "traj_episode_id": []}
+    for b in batches:
+        ids["episode_id"].append(b.episode_id + ep_off)
+        ids["traj_id"].append(b.traj_id + tr_off)
+        ids["traj_episode_id"].append(b.traj_episode_id + ep_off)
+        ep_off += int(b.traj_episode_id.max()) + 1 if b.num_trajectories else 0
+        tr_off += b.num_trajectories
+    for f in fields(StepBatch):
+        if f.name in ids:
+            kw[f.name] = np.concatenate(ids[f.name])
+        elif f.name in ("meta", "allowed"):
+            continue
+        else:
+            vals = [getattr(b, f.name) for b in batches]
+            kw[f.name] = ([x for v in vals for x in v] if isinstance(vals[0], list)
+                          else (_obj([x for v in vals for x in v]) if vals[0].dtype == object
+                                else np.concatenate(vals)))
+    if any(b.allowed is not None for b in batches):
+        kw["allowed"] = [x for b in batches for x in (b.allowed if b.allowed is not None else [None] * b.num_rows)]
+    meta = dict(batches[0].meta)
+    for k, v in batches[0].meta.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "group_size":
+            meta[k] = sum(b.meta.get(k, 0) for b in batches)
+    if any(b.meta.get("traj_tool_calls") is not None for b in batches):
+        meta["traj_tool_calls"] = [c for b in batches
+                                   for c in (b.meta.get("traj_tool_calls") or [0] * b.num_trajectories)]
+    kw["meta"] = meta
+    return StepBatch(**kw)

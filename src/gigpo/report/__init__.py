@@ -34,6 +34,10 @@ def _summary(run) -> list[tuple[str, str]]:
     out = [(label, str(v)) for label, key in SUMMARY_KEYS if (v := run.cfg(key)) is not None]
     done = max([int(r["iteration"]) for r in run.train], default=0)
     out.append(("iterations logged", str(done)))
+    for ev in run.events:  # watchdog rollbacks (purple lines in the success plot)
+        out.append((f"guard, iteration {ev.get('iteration')}",
+                    f"{ev.get('event', '?')} to iteration {ev.get('to_iteration', '?')}: {ev.get('reason', '')}"
+                    + (f" (stopped: {ev['stop']})" if ev.get("stop") else "")))
     return out
 
 

@@ -38,6 +38,9 @@ class RunData:
     evals: list[dict]                  # lines whose tag starts with "eval", sorted by iteration
     trajectories: dict[int, Path]      # iteration -> trajectories/iter_*.jsonl
     problems: list[str] = field(default_factory=list)  # human-readable notes on what was skipped
+    events: list[dict] = field(default_factory=list)   # lines with tag "guard" (watchdog rollbacks)
+    vals: list[dict] = field(default_factory=list)     # validation results: tag "val" lines and train
+                                                       # lines that carry val/success
 
     def cfg(self, dotted: str, default=None):
         """A config value by dotted key (``"env.group_size"``), or ``default`` when absent."""
@@ -120,17 +123,20 @@ def load_run(run_dir) -> RunData:
             problems.append(f"config.yaml could not be parsed ({e.__class__.__name__}); config summary omitted")
     else:
         problems.append("no config.yaml: config summary omitted")
-    train, evals = [], []
+    train, evals, events, vals = [], [], [], []
     if (run / "metrics.jsonl").exists():
         for row in _read_jsonl(run / "metrics.jsonl", problems):
             tag = str(row.get("tag", "train"))
             if as_float(row.get("iteration")) is None:
                 continue
-            (evals if tag.startswith("eval") else train).append(row)
+            {"guard": events, "val": vals}.get(tag, evals if tag.startswith("eval") else train).append(row)
+            if tag == "train" and "val/success" in row:
+                vals.append(row)
     else:
         problems.append("no metrics.jsonl: curves omitted")
     train.sort(key=lambda r: r["iteration"])
     evals.sort(key=lambda r: r["iteration"])
+    vals.sort(key=lambda r: r["iteration"])
     trajs = {}
     tdir = run / "trajectories"
     if tdir.is_dir():
@@ -140,7 +146,7 @@ def load_run(run_dir) -> RunData:
                 trajs[int(m.group(1))] = p
     name = config.get("name") if isinstance(config.get("name"), str) else None
     return RunData(run_dir=run, name=name or run.name, config=config, train=train, evals=evals,
-                   trajectories=dict(sorted(trajs.items())), problems=problems)
+                   trajectories=dict(sorted(trajs.items())), problems=problems, events=events, vals=vals)
 
 
 def read_trajectory_rows(path: Path, problems: list[str] | None = None) -> list[dict]:

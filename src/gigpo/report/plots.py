@@ -32,6 +32,7 @@ CURVES = (
     ("Invalid-action rate", "rollout/invalid_action_rate", "eval/invalid_action_rate", "share of steps"),
     ("KL to reference", "actor/kl", None, "KL"),
     ("Entropy", "actor/entropy", None, "nats / token"),
+    ("Sampled-token entropy estimate", "rollout/entropy_est", None, "nats / token"),
     ("Clip fraction", "actor/clipfrac", None, "share of tokens"),
     ("Gradient norm", "actor/grad_norm", None, "global L2 norm"),
 )
@@ -92,12 +93,18 @@ def curve_panels(run: RunData) -> list[Panel]:
                     ms=3, label="training rollouts")
         if len(ey):
             ax.plot(ex, ey, "--", color="#d62728", lw=1.5, marker="s", ms=4, label="held-out")
+        if tk == "rollout/success" and run.vals:
+            vx, vy = series(run.vals, "val/success")
+            if len(vy):
+                ax.plot(vx, vy, ":", color="#2ca02c", lw=1.5, marker="^", ms=4, label="validation")
+        for ev in run.events if tk == "rollout/success" else ():
+            ax.axvline(float(ev["iteration"]), color="#9467bd", lw=1, alpha=0.7)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-        if len(ty) and len(ey):
+        if len(ty) and (len(ey) or (tk == "rollout/success" and run.vals)):
             ax.legend(fontsize=7)
         out.append(Panel(_slug(title), title, png=_png(fig)))
     return out

@@ -155,6 +155,10 @@ class TrainConfig:
     skip_zero_advantage_rows: bool = F(False, "leave rows with advantage 0 out of the update (they carry no "
                                        "policy gradient; needs use_kl=false and entropy_coef=0, where they "
                                        "would only dilute the token mean; like DAPO's dynamic sampling)")
+    dynamic_sampling: bool = F(False, "DAPO's dynamic sampling: leave out episode groups whose rows all have "
+                               "advantage 0 (all rollouts tied: no signal) and roll out more tasks until "
+                               "env.tasks_per_iter groups carry signal or train.dynamic_sampling_rounds is used up")
+    dynamic_sampling_rounds: int = F(2, "extra rollout rounds per iteration that dynamic sampling may use")
     max_bad_updates: int = F(3, "consecutive non-finite losses that stop the run")
     torch_threads: int = F(1, "torch CPU threads (1 is fastest on a shared 2-core machine)")
     autocast: str = F("none", "mixed precision of the update's and log-prob passes' forward: none (float32 "
@@ -173,6 +177,7 @@ class TrainConfig:
         _check(0 <= self.clip_low < 1, "train.clip_low", "must be in [0, 1)")
         _check(self.clip_high >= 0, "train.clip_high", "must be >= 0")
         _check(self.dual_clip_c > 1, "train.dual_clip_c", f"must be > 1, got {self.dual_clip_c}")
+        _check(self.dynamic_sampling_rounds >= 0, "train.dynamic_sampling_rounds", "must be >= 0")
         for k in ("weight_decay", "warmup_iterations", "grad_clip", "kl_coef", "entropy_coef"):
             _check(getattr(self, k) >= 0, f"train.{k}", "must be >= 0")
         _check(not self.skip_zero_advantage_rows or (not self.use_kl and self.entropy_coef == 0),
@@ -212,6 +217,33 @@ class SFTConfig:
 
 
 @dataclass
+class GuardConfig:
+    val_every: int = F(0, "best-model selection: evaluate on guard.val_tasks validation tasks before training and "
+                       "every k iterations (0 = off); the run keeps model/ = the best by validation success, "
+                       "model_last/ = the last")
+    val_tasks: int = F(32, "validation tasks: eval-split tasks disjoint from the env.eval_tasks held-out ones")
+    watchdog: bool = F(True, "roll back to the best checkpoint and scale the learning rate by guard.lr_factor when "
+                       "training collapses (see guard.train_drop, guard.val_drop, guard.entropy_floor)")
+    train_drop: float = F(0.3, "collapse: training success below the best running mean (EMA, weight 0.5) by more "
+                          "than this for guard.patience iterations in a row")
+    val_drop: float = F(0.25, "collapse: validation success below the best so far by more than this")
+    entropy_floor: float = F(0.0, "collapse: rollout/entropy_est below this for guard.patience iterations (0 = off)")
+    patience: int = F(2, "consecutive iterations a training-side collapse signal must hold")
+    lr_factor: float = F(0.5, "learning-rate multiplier applied at each rollback")
+    max_rollbacks: int = F(3, "rollbacks after which the run stops early (keeping the best model)")
+
+    def __post_init__(self):
+        for k in ("val_every", "patience", "max_rollbacks"):
+            _check(getattr(self, k) >= (1 if k == "patience" else 0), f"guard.{k}",
+                   f"must be >= {1 if k == 'patience' else 0}, got {getattr(self, k)}")
+        _check(self.val_tasks >= 1, "guard.val_tasks", f"must be >= 1, got {self.val_tasks}")
+        for k in ("train_drop", "val_drop"):
+            _check(0 < getattr(self, k) <= 1, f"guard.{k}", f"must be in (0, 1], got {getattr(self, k)}")
+        _check(self.entropy_floor >= 0, "guard.entropy_floor", "must be >= 0")
+        _check(0 < self.lr_factor <= 1, "guard.lr_factor", f"must be in (0, 1], got {self.lr_factor}")
+
+
+@dataclass
 class LogConfig:
     eval_every: int = F(0, "evaluate every k iterations (0 = only before and after training)")
     save_every: int = F(1, "checkpoint every k iterations")
@@ -233,6 +265,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):

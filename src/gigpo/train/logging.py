@@ -117,3 +117,25 @@ def print_eval_comparison(before: dict, after: dict) -> None:
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         t.add_row(k[len("eval/"):], fmt(b), fmt(a), "-" if a is None or b is None else f"{a - b:+.3f}")
     Console().print(t)
+
+
+def print_model_table(models: dict, result: dict, *, best_val=None, rollbacks: int = 0,
+                      stop_reason: str | None = None) -> None:
+    """Which iteration each saved model dir comes from, with its held-out success."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="saved models")
+    for c in ("dir", "iteration", "held-out success", "note"):
+        t.add_column(c)
+    after, last = result.get("after") or {}, result.get("last") or {}
+    note = "best by validation" if "model_last" in models else "last"
+    if best_val is not None:
+        note += f" (validation success {best_val:.3f})"
+    t.add_row("model/", str(models["model"]), f"{after.get('eval/success', float('nan')):.3f}", note)
+    if "model_last" in models:
+        t.add_row("model_last/", str(models["model_last"]), f"{last.get('eval/success', float('nan')):.3f}", "last")
+    Console().print(t)
+    if rollbacks:
+        print(f"guard: {rollbacks} rollback(s)" + (f"; stopped early: {stop_reason}" if stop_reason else ""),
+              flush=True)

@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gigpo.batch import concat_batches, select_trajectories
 from gigpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
 from gigpo.train.config import Config, build_agent, save_config
+from gigpo.train.guards import Watchdog, load_best, model_hash, save_best
 from gigpo.train.logging import MetricsLogger, iteration_summary
 from gigpo.train.update import PolicyUpdater, batched_logprobs
 
@@ -79,6 +81,20 @@ def _stats(prefix: str, x) -> dict:
             f"{prefix}/min": float(x.min()), f"{prefix}/max": float(x.max())}
 
 
+class RunStopped(RuntimeError):
+    """The run cannot go on usefully (most episodes end in env faults); the message says why."""
+
+
+def group_has_signal(batch, advantages, tol: float = 1e-8) -> np.ndarray:
+    """bool [E] per episode group: some row's advantage is non-zero. Groups without signal
+    (every rollout tied, GRPO/RLOO; or also no step-level differences, GiGPO) give no gradient."""
+    n_eps = int(batch.traj_episode_id.max()) + 1 if batch.num_trajectories else 0
+    out = np.zeros(n_eps, dtype=bool)
+    nz = np.abs(np.asarray(advantages, dtype=np.float64)) > tol
+    out[np.asarray(batch.episode_id)[nz]] = True
+    return out
+
+
 class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
@@ -116,6 +132,9 @@ class Trainer:
             model_path = ensure_sft_model(cfg, progress=cfg.log.progress)
             self.phase_times["sft"] = time.perf_counter() - t0
         self.model_path = model_path
+        self.start_hash = model_hash(model_path) if Path(model_path).is_dir() else ""
+        if self.start_hash:
+            print(f"start model: {model_path} (weights sha256 {self.start_hash[:16]})", flush=True)
         kw = dict(device=cfg.model.device, dtype=cfg.model.dtype, cache_dir=cfg.model.cache_dir or None,
                   seed=cfg.seed)
         self.model, self.tokenizer = load_policy(model_path, lora={} if cfg.model.lora else None, **kw)
@@ -127,7 +146,18 @@ class Trainer:
         self.agent = build_agent(cfg, self.tokenizer)
         e = cfg.env
         self.train_pool = make_tasks(e.family, "train", n=e.train_tasks or None, seed=e.task_seed, **e.task_kwargs)
-        self.eval_pool = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
+        # Validation tasks (best-model selection) come after the held-out ones in the eval split's
+        # fixed order, so the two sets are disjoint and the held-out eval stays unbiased.
+        g = cfg.guard
+        n_val = g.val_tasks if g.val_every else 0
+        if e.eval_tasks:
+            pool = make_tasks(e.family, "eval", n=e.eval_tasks + n_val, seed=e.task_seed, **e.task_kwargs)
+            self.eval_pool, self.val_pool = pool[:e.eval_tasks], pool[e.eval_tasks:]
+        else:
+            pool = make_tasks(e.family, "eval", n=None, seed=e.task_seed, **e.task_kwargs)
+            self.eval_pool, self.val_pool = (pool[:-n_val], pool[-n_val:]) if n_val else (pool, [])
+        self.watchdog = Watchdog(g, select_by_val=bool(g.val_every))
+        self.stop_reason: str | None = None
         self.envs = GroupedEnvs(e.family, group_size=e.group_size, max_steps=e.max_steps,
                                 env_kwargs=e.kwargs, executor=e.executor)
         self.eval_envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps,
@@ -143,16 +173,22 @@ class Trainer:
             self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
             self.iteration = state["iteration"]
+            if "guard" in state:
+                self.watchdog.load_state_dict(state["guard"]["watchdog"])
+                self.stop_reason = state["guard"]["stop_reason"]
             set_rng_state(state["rng"])
         self.logger = MetricsLogger(self.run_dir, resume_after=self.iteration if resume else None,
                                     tensorboard=cfg.log.tensorboard, wandb_project=cfg.log.wandb_project,
                                     config=cfg)
 
     # ------------------------------------------------------------------ pieces
-    def sample_tasks(self, iteration: int):
-        """``tasks_per_iter`` train tasks for ``iteration`` (a pure function of (seed, iteration))."""
-        rng = np.random.default_rng(iteration_seed(self.cfg.seed, iteration, 1))
-        n, k = len(self.train_pool), self.cfg.env.tasks_per_iter
+    def sample_tasks(self, iteration: int, round_: int = 0, k: int | None = None):
+        """``k`` (default ``tasks_per_iter``) train tasks for ``iteration``'s rollout round
+        ``round_`` (a pure function of (seed, iteration, round); round 0 is the iteration's batch,
+        later rounds are dynamic sampling's)."""
+        stream = 1 if round_ == 0 else 100 + round_
+        rng = np.random.default_rng(iteration_seed(self.cfg.seed, iteration, stream))
+        n, k = len(self.train_pool), k or self.cfg.env.tasks_per_iter
         idx = rng.choice(n, size=k, replace=n < k)
         return [self.train_pool[i] for i in idx]
 
@@ -181,22 +217,160 @@ class Trainer:
                                  anchors=batch.anchor, **opts)
         return res, step_returns, scores
 
+    def _rollout_round(self, it: int, round_: int, k: int):
+        from gigpo.rollout import rollout
+
+        cfg = self.cfg
+        tasks = self.sample_tasks(it, round_, k)
+        seed = iteration_seed(cfg.seed, it, 2 if round_ == 0 else 200 + round_)
+        batch = rollout(self.envs, tasks, self.generator, self.tokenizer, self.agent,
+                        self._params(cfg.rollout.temperature, seed))
+        errors = [r.error for r in self.envs.results() if r.failed and r.error]
+        return batch, errors
+
+    def collect(self, it: int):
+        """The iteration's rollouts: (everything sampled, the batch to train on, counters).
+
+        Episodes that ended in an env fault (exception, timeout, dead worker) are left out of the
+        trained batch and of their group's statistics: a fault is not the policy's failure. With
+        ``train.dynamic_sampling``, groups without signal are dropped and more tasks are rolled
+        out (at most ``dynamic_sampling_rounds`` more rounds) until ``tasks_per_iter`` groups have
+        signal; extra groups beyond that are dropped, as in DAPO.
+        """
+        cfg = self.cfg
+        want = cfg.env.tasks_per_iter
+        sampled, kept, errors = [], [], []
+        n_groups = n_signal = 0
+        round_, k = 0, want
+        while True:
+            batch, errs = self._rollout_round(it, round_, k)
+            sampled.append(batch)
+            errors += errs
+            clean = select_trajectories(batch, ~batch.traj_failed)
+            n_groups += k
+            if not cfg.train.dynamic_sampling:
+                kept.append(clean)
+                break
+            res, _, _ = self.advantages(clean) if clean.num_rows else (None, None, None)
+            sig = group_has_signal(clean, res.advantages) if res is not None else np.zeros(0, bool)
+            n_signal += int(sig.sum())
+            if sig.any():
+                kept.append(select_trajectories(clean, sig[clean.traj_episode_id]))
+            have = sum(int(b.traj_episode_id.max()) + 1 for b in kept if b.num_trajectories)
+            if have >= want or round_ >= cfg.train.dynamic_sampling_rounds:
+                break
+            round_ += 1
+            rate = max(n_signal / n_groups, 0.25)
+            k = min(want, int(np.ceil((want - have) / rate)))
+        every = concat_batches(sampled)
+        n_failed = int(every.traj_failed.sum())
+        if n_failed and n_failed * 2 > every.num_trajectories:
+            first = errors[0] if errors else "no error message"
+            raise RunStopped(f"{n_failed} of {every.num_trajectories} episodes in iteration {it} ended in env "
+                             f"faults (first: {first}); fix the env (env.kwargs, env.executor, timeouts) and "
+                             f"resume with --resume {self.run_dir}")
+        train = concat_batches(kept) if kept else select_trajectories(every, np.zeros(every.num_trajectories, bool))
+        if cfg.train.dynamic_sampling and train.num_trajectories:
+            eps = np.arange(int(train.traj_episode_id.max()) + 1)
+            train = select_trajectories(train, (eps < want)[train.traj_episode_id])
+        counters = {"train/rollout_rounds": round_ + 1, "train/groups_sampled": n_groups,
+                    "train/groups_trained": int(train.traj_episode_id.max()) + 1 if train.num_trajectories else 0,
+                    "train/episodes_faulted": n_failed}
+        if cfg.train.dynamic_sampling:
+            counters["train/groups_without_signal"] = n_groups - n_signal
+        return every, train, counters
+
+    def _state(self) -> dict:
+        return {"model": self.model.state_dict(), "updater": self.updater.state_dict()}
+
+    def _save_best(self, iteration: int, **info) -> None:
+        save_best(self.run_dir, dict(self._state(), iteration=iteration, **info))
+
+    def _roll_back(self, it: int, reason: str) -> dict:
+        """Restore checkpoints/best, lower the lr; returns the event logged with tag ``guard``."""
+        best = load_best(self.run_dir)
+        self.model.load_state_dict(best["model"])
+        self.updater.roll_back(best["updater"], self.cfg.guard.lr_factor)
+        self.watchdog.rolled_back()
+        ev = {"event": "rollback", "reason": reason, "to_iteration": int(best["iteration"]),
+              "rollbacks": self.watchdog.rollbacks, "lr": self.updater.optimizer.param_groups[0]["lr"]}
+        if self.watchdog.exhausted:
+            self.stop_reason = f"{self.watchdog.rollbacks} rollbacks (guard.max_rollbacks); kept the best model"
+            ev["stop"] = self.stop_reason
+        print(f"guard: iteration {it}: {reason}; rolled back to iteration {ev['to_iteration']}, lr now "
+              f"{ev['lr']:.3g}" + (f"; stopping: {self.stop_reason}" if "stop" in ev else ""), flush=True)
+        return ev
+
     def train_iteration(self) -> dict:
-        from gigpo.rollout import rollout, rollout_metrics, write_trajectories_jsonl
+        from gigpo.rollout import rollout_metrics, write_trajectories_jsonl
 
         cfg, it = self.cfg, self.iteration + 1
         _seed_all(iteration_seed(cfg.seed, it, 0))
         times = {}
         t_it = t0 = time.perf_counter()
-        tasks = self.sample_tasks(it)
-        self.model.eval()
-        batch = rollout(self.envs, tasks, self.generator, self.tokenizer, self.agent,
-                        self._params(cfg.rollout.temperature, iteration_seed(cfg.seed, it, 2)))
+        every, batch, counters = self.collect(it)
         times["time/rollout"] = time.perf_counter() - t0
         _debug_kill(it, "after_rollout")
         t0 = time.perf_counter()
         res, step_returns, scores = self.advantages(batch)
         times["time/advantage"] = time.perf_counter() - t0
+        m = {f"rollout/{k}": v for k, v in rollout_metrics(every).items()}
+        m["rollout/entropy_est"] = _entropy_estimate(every)
+        events = []
+        # The rollout measured the policy after iteration it-1: guard it before updating on it.
+        improved, reason = self.watchdog.observe_train(it - 1, m.get("rollout/success", 0.0), m["rollout/entropy_est"])
+        if improved:
+            self._save_best(it - 1)
+        upd, n_rows = {}, 0
+        if reason:
+            events.append(self._roll_back(it, reason))
+            times.update({"time/old_logprob": 0.0, "time/ref_logprob": 0.0, "time/update": 0.0})
+        else:
+            upd, n_rows = self._update(batch, res, it, times)
+        _debug_kill(it, "after_update")
+        if cfg.guard.val_every and it % cfg.guard.val_every == 0 and not self.stop_reason:
+            vm = self.validate()
+            m.update(vm)
+            improved, reason = self.watchdog.observe_val(it, vm["val/success"])
+            if improved:
+                self._save_best(it, val_success=vm["val/success"])
+            elif reason:
+                events.append(self._roll_back(it, reason))
+        times["time/iteration"] = time.perf_counter() - t_it
+        resp_len = batch.response_lengths()
+        m.update({f"actor/{k}": v for k, v in upd.items()})
+        m.update(_stats("return", step_returns) | _stats("score", scores) | _stats("advantage", res.advantages))
+        m.update(_stats("advantage_episode", res.episode_advantages) | _stats("advantage_step", res.step_advantages))
+        m.update(step_group_metrics(res.step_groups))
+        m.update(counters)
+        m["train/rows_updated"] = n_rows
+        m["guard/rollbacks"] = self.watchdog.rollbacks
+        m["guard/lr_scale"] = self.updater.lr_scale
+        m.update({"tokens/response": int(resp_len.sum()), "tokens/prompt": int(sum(len(p) for p in batch.prompt_ids)),
+                  "tokens/response_mean": float(resp_len.mean()) if len(resp_len) else 0.0})
+        m.update(times)
+        self.iteration = it
+        if cfg.log.trajectories_every and it % cfg.log.trajectories_every == 0:
+            write_trajectories_jsonl(batch, self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
+                                     advantages={"A": res.advantages, "A_E": res.episode_advantages,
+                                                 "A_S": res.step_advantages, "step_group": res.step_groups,
+                                                 "step_return": step_returns})
+        # Log first, then checkpoint: a kill in between re-runs the iteration on resume, and the
+        # logger drops lines past the checkpoint, so no iteration's record is lost or doubled.
+        self.logger.log(m, iteration=it, tag="train")
+        for ev in events:
+            self.logger.log(ev, iteration=it, tag="guard")
+        _debug_kill(it, "after_log")
+        if it % cfg.log.save_every == 0 or it == cfg.train.iterations or events:
+            save_checkpoint(self.run_dir, it, dict(self._state(),
+                                                   sampler={"iteration": it, "pool_size": len(self.train_pool)},
+                                                   guard={"watchdog": self.watchdog.state_dict(),
+                                                          "stop_reason": self.stop_reason}))
+        return m
+
+    def _update(self, batch, res, it: int, times: dict) -> tuple[dict, int]:
+        """Old / reference log-probs and the policy update on ``batch``; returns (metrics, rows)."""
+        cfg = self.cfg
         prompts, responses = batch.prompt_ids, batch.response_ids
         adv_rows, old_sampled = res.advantages, list(batch.logprobs)
         allowed = batch.allowed
@@ -220,32 +394,22 @@ class Trainer:
         upd = self.updater.update(prompts, responses, adv_rows, old, ref, seed=iteration_seed(cfg.seed, it, 3),
                                   allowed=allowed) if len(prompts) else {}
         times["time/update"] = time.perf_counter() - t0
-        times["time/iteration"] = time.perf_counter() - t_it
-        _debug_kill(it, "after_update")
-        resp_len = batch.response_lengths()
-        m = {f"rollout/{k}": v for k, v in rollout_metrics(batch).items()}
-        m.update({f"actor/{k}": v for k, v in upd.items()})
-        m.update(_stats("return", step_returns) | _stats("score", scores) | _stats("advantage", res.advantages))
-        m.update(_stats("advantage_episode", res.episode_advantages) | _stats("advantage_step", res.step_advantages))
-        m.update(step_group_metrics(res.step_groups))
-        m["train/rows_updated"] = len(prompts)
-        m.update({"tokens/response": int(resp_len.sum()), "tokens/prompt": int(sum(len(p) for p in prompts)),
-                  "tokens/response_mean": float(resp_len.mean()) if len(resp_len) else 0.0})
-        m.update(times)
-        self.iteration = it
-        if cfg.log.trajectories_every and it % cfg.log.trajectories_every == 0:
-            write_trajectories_jsonl(batch, self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
-                                     advantages={"A": res.advantages, "A_E": res.episode_advantages,
-                                                 "A_S": res.step_advantages, "step_group": res.step_groups,
-                                                 "step_return": step_returns})
-        if it % cfg.log.save_every == 0 or it == cfg.train.iterations:
-            save_checkpoint(self.run_dir, it, {"model": self.model.state_dict(),
-                                               "updater": self.updater.state_dict(),
-                                               "sampler": {"iteration": it, "pool_size": len(self.train_pool)}})
-        self.logger.log(m, iteration=it, tag="train")
-        return m
+        return upd, len(prompts)
 
-    def evaluate(self, tag: str = "eval") -> dict:
+    def validate(self) -> dict:
+        """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
+        from gigpo.rollout import eval_rollout
+
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        self.model.eval()
+        _, m = eval_rollout(self.eval_envs, self.val_pool, self.generator, self.tokenizer, self.agent,
+                            self._params(cfg.rollout.eval_temperature, iteration_seed(cfg.seed, 0, 8)))
+        out = {f"val/{k}": v for k, v in m.items() if k in ("success", "score", "episode_length", "num_trajectories")}
+        out["time/val"] = time.perf_counter() - t0
+        return out
+
+    def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
         from gigpo.rollout import eval_rollout
 
@@ -256,38 +420,79 @@ class Trainer:
                             self._params(cfg.rollout.eval_temperature, iteration_seed(cfg.seed, self.iteration, 9)))
         out = {f"eval/{k}": v for k, v in m.items()}
         out["time/eval"] = time.perf_counter() - t0
+        out.update(extra)
         self.logger.log(out, iteration=self.iteration, tag=tag)
         return out
 
     def run(self) -> dict:
-        """Train to ``train.iterations`` (evaluating as configured); returns before/after eval."""
-        from gigpo.train.logging import print_eval_comparison
+        """Train to ``train.iterations`` (evaluating as configured); returns before/after eval.
+
+        With best-model selection (``guard.val_every``) the model delivered in ``model/`` and
+        evaluated as ``eval_final`` is the best by validation success (the starting model
+        included); the last one is saved as ``model_last/`` and evaluated as ``eval_last``.
+        """
+        from gigpo.train.logging import print_eval_comparison, print_model_table
 
         cfg, result, pt = self.cfg, {}, self.phase_times
         if cfg.log.eval_before and self.iteration == 0:
             result["before"] = self.evaluate("eval_before")
             pt["eval_before"] = result["before"]["time/eval"]
             _print_eval_line("before training", result["before"])
+        if cfg.guard.val_every and self.iteration == 0 and self.watchdog.best_iteration is None:
+            vm = self.validate()
+            self.watchdog.observe_val(0, vm["val/success"])
+            self._save_best(0, val_success=vm["val/success"])
+            self.logger.log(vm, iteration=0, tag="val")
+            print(f"validation before training: success {vm['val/success']:.3f} over {len(self.val_pool)} tasks",
+                  flush=True)
         t0 = time.perf_counter()
-        while self.iteration < cfg.train.iterations:
+        while self.iteration < cfg.train.iterations and not self.stop_reason:
             m = self.train_iteration()
             print(iteration_summary(self.iteration, cfg.train.iterations, m), flush=True)
             if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0 and self.iteration < cfg.train.iterations:
                 self.evaluate()
         pt["train"] = time.perf_counter() - t0
-        result["after"] = self.evaluate("eval_final")
+        last_it, best_it = self.iteration, self.watchdog.best_iteration
+        models = {"model": last_it}
+        if cfg.guard.val_every and best_it is not None and best_it != last_it:
+            result["last"] = self.evaluate("eval_last", **{"eval/model_iteration": last_it})
+            self.save_model("model_last")
+            self.model.load_state_dict(load_best(self.run_dir)["model"])
+            models = {"model": best_it, "model_last": last_it}
+        result["after"] = self.evaluate("eval_final", **{"eval/model_iteration": models["model"]})
         pt["eval_after"] = result["after"]["time/eval"]
         if "before" in result:
             print_eval_comparison(result["before"], result["after"])
+        print_model_table(models, result, best_val=self.watchdog.best_val if cfg.guard.val_every else None,
+                          rollbacks=self.watchdog.rollbacks, stop_reason=self.stop_reason)
         self.logger.close()
         write_json(self.run_dir / "phases.json", pt)
         print("wall seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in pt.items()), flush=True)
-        print(f"trained model: {self.save_model()}", flush=True)
+        path = self.save_model("model")
+        if "model_last" not in models and (self.run_dir / "model_last").exists():
+            import shutil
+
+            shutil.rmtree(self.run_dir / "model_last")
+        self.write_summary(result, models)
+        print(f"trained model: {path} (iteration {models['model']})", flush=True)
         self.write_report()
         return result
 
-    def save_model(self) -> Path:
-        """The trained policy as a Hugging Face directory ``run_dir/model`` (model + tokenizer), so
+    def write_summary(self, result: dict, models: dict) -> Path:
+        """``summary.json``: start and final held-out success, which iteration each saved model is
+        from, guard events, the start model's weights hash, wall time per phase."""
+        g = lambda k: (result.get(k) or {}).get("eval/success")  # noqa: E731
+        out = {"start_model": str(self.model_path), "start_model_sha256": self.start_hash,
+               "success_before": g("before"), "success_final": g("after"), "success_last": g("last"),
+               "models": models, "best_val_success": (self.watchdog.best_val if self.cfg.guard.val_every
+                                                      and self.watchdog.best_val > float("-inf") else None),
+               "rollbacks": self.watchdog.rollbacks, "stop_reason": self.stop_reason,
+               "iterations": self.iteration, "phases": self.phase_times}
+        write_json(self.run_dir / "summary.json", out)
+        return self.run_dir / "summary.json"
+
+    def save_model(self, name: str = "model") -> Path:
+        """The trained policy as a Hugging Face directory ``run_dir/<name>`` (model + tokenizer), so
         ``gigpo eval model.name_or_path=<run_dir>/model`` or ``from_pretrained`` can load it.
         Written to a temporary directory, then swapped in for any previous copy
         (``replace_dir_atomic``). With LoRA this holds the adapter (peft's ``save_pretrained``)."""
@@ -297,7 +502,7 @@ class Trainer:
             self.model.save_pretrained(d)
             self.tokenizer.save_pretrained(d)
 
-        return replace_dir_atomic(self.run_dir / "model", write)
+        return replace_dir_atomic(self.run_dir / name, write)
 
     def write_report(self):
         """``gigpo.report.write_report(run_dir)``; a failure only warns (the run itself is done)."""
@@ -322,6 +527,13 @@ def _print_eval_line(label: str, m: dict) -> None:
     n = m.get("eval/num_trajectories", 0)
     print(f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks "
           f"({m.get('time/eval', 0):.0f}s)", flush=True)
+
+
+def _entropy_estimate(batch) -> float:
+    """Mean -log p of the sampled response tokens: a sample estimate of the policy's per-token
+    entropy at the rollout temperature, free from the sampler's log-probs."""
+    lps = [np.asarray(x, dtype=np.float64) for x in batch.logprobs if len(x)]
+    return float(-np.concatenate(lps).mean()) if lps else 0.0
 
 
 def write_json(path: Path, obj) -> None:

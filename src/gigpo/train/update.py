@@ -89,27 +89,41 @@ class PolicyUpdater:
         self.temperature = temperature
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.lr_scale = 1.0  # lowered by each watchdog rollback (gigpo.train.guards)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.bad_updates = 0  # consecutive non-finite losses
 
     def _lr_factor(self, it: int) -> float:
-        """Linear warm-up over ``warmup_iterations`` then constant or cosine (per iteration)."""
+        """Linear warm-up over ``warmup_iterations`` then constant or cosine (per iteration),
+        times ``lr_scale``."""
         w = self.cfg.warmup_iterations
         if w and it < w:
-            return (it + 1) / w
+            return self.lr_scale * (it + 1) / w
         if self.cfg.schedule == "cosine":
             total = max(1, self.cfg.iterations - w)
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, (it - w) / total)))
-        return 1.0
+            return self.lr_scale * 0.5 * (1 + math.cos(math.pi * min(1.0, (it - w) / total)))
+        return self.lr_scale
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "bad_updates": self.bad_updates}
+                "bad_updates": self.bad_updates, "lr_scale": self.lr_scale}
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.bad_updates = state["bad_updates"]
+        self.lr_scale = float(state.get("lr_scale", 1.0))
+
+    def roll_back(self, state: dict, lr_factor: float) -> None:
+        """Restore the optimizer state of an earlier point (``state_dict()`` of then) but keep the
+        schedule's position; scale the learning rate by ``lr_factor`` from now on."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scale *= lr_factor
+        self.bad_updates = 0
+        factor = self._lr_factor(self.scheduler.last_epoch)
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["initial_lr"] * factor
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0,
                allowed=None) -> dict:

@@ -1,0 +1,132 @@
+"""Guards against a run that destroys its model: the collapse watchdog and the best checkpoint.
+
+``Watchdog`` is a small state machine fed once per iteration with training success (and the
+rollout's entropy estimate) and, when best-model selection is on, with validation success. It
+answers ``None`` or the reason for a rollback. The trainer then restores ``checkpoints/best/``
+(the best model so far with its optimizer state), scales the learning rate by
+``guard.lr_factor`` and goes on; after ``guard.max_rollbacks`` it stops early. Its state is part
+of every checkpoint, so ``--resume`` continues it exactly. docs/training.md has the measurements
+behind the defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+EMA_WEIGHT = 0.5  # weight of the newest iteration in the running mean of training success
+
+
+class Watchdog:
+    """Collapse detection over training success / entropy (per iteration) and validation success.
+
+    ``best`` is what the rollback target was chosen by: validation success when best-model
+    selection is on (``select_by_val``), else the running mean of training success.
+    """
+
+    def __init__(self, cfg, *, select_by_val: bool) -> None:
+        self.cfg = cfg
+        self.select_by_val = select_by_val
+        self.ema: float | None = None
+        self.best_ema = float("-inf")
+        self.best_val = float("-inf")
+        self.best_iteration: int | None = None  # iteration of checkpoints/best
+        self.bad = 0  # consecutive iterations with a training-side collapse signal
+        self.rollbacks = 0
+
+    # -- state
+    def state_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("ema", "best_ema", "best_val", "best_iteration", "bad", "rollbacks")}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+    # -- signals
+    def observe_train(self, iteration: int, success: float, entropy: float | None) -> tuple[bool, str | None]:
+        """Feed one iteration's training success; returns (new best?, rollback reason or None).
+        "new best" is only reported when selection is by the running mean (no validation)."""
+        self.ema = success if self.ema is None else EMA_WEIGHT * success + (1 - EMA_WEIGHT) * self.ema
+        improved = False
+        if self.ema > self.best_ema:
+            self.best_ema = self.ema
+            if not self.select_by_val:
+                self.best_iteration, improved = iteration, True
+        c = self.cfg
+        signals = []
+        if success < self.best_ema - c.train_drop:
+            signals.append(f"training success {success:.2f} is more than {c.train_drop:g} below the best "
+                           f"running mean {self.best_ema:.2f}")
+        if c.entropy_floor > 0 and entropy is not None and entropy < c.entropy_floor:
+            signals.append(f"entropy {entropy:.3f} is below guard.entropy_floor {c.entropy_floor:g}")
+        self.bad = self.bad + 1 if signals else 0
+        if c.watchdog and self.bad >= c.patience and self.best_iteration is not None:
+            return improved, f"{'; '.join(signals)} for {self.bad} iterations"
+        return improved, None
+
+    def observe_val(self, iteration: int, success: float) -> tuple[bool, str | None]:
+        """Feed a validation result; returns (new best?, rollback reason or None)."""
+        if success > self.best_val:
+            self.best_val, self.best_iteration = success, iteration
+            return True, None
+        if self.cfg.watchdog and success < self.best_val - self.cfg.val_drop:
+            return False, (f"validation success {success:.2f} is more than {self.cfg.val_drop:g} below the "
+                           f"best {self.best_val:.2f} (iteration {self.best_iteration})")
+        return False, None
+
+    def rolled_back(self) -> None:
+        """Restart the training-side signals from the restored model's level."""
+        self.rollbacks += 1
+        self.bad = 0
+        self.ema = self.best_ema if self.best_ema > float("-inf") else None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.rollbacks >= self.cfg.max_rollbacks
+
+
+def best_dir(run_dir) -> Path:
+    return Path(run_dir) / "checkpoints" / "best"
+
+
+def save_best(run_dir, state: dict) -> Path:
+    """Write ``state`` (model and updater state dicts, iteration) as ``checkpoints/best`` atomically."""
+    final = best_dir(run_dir)
+    tmp = final.with_name(f".tmp-best-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    torch.save(state, tmp / "state.pt")
+    old = final.with_name(f".old-best-{os.getpid()}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_best(run_dir) -> dict:
+    f = best_dir(run_dir) / "state.pt"
+    if not f.exists():
+        raise FileNotFoundError(f"no best checkpoint at {str(f)!r}")
+    return torch.load(f, map_location="cpu", weights_only=True)
+
+
+def model_hash(path) -> str:
+    """sha256 over a model directory's weight files (names and bytes, sorted): names the exact
+    weights a run started from, e.g. the SFT build, in its log and summary."""
+    h = hashlib.sha256()
+    files = sorted(p for p in Path(path).iterdir()
+                   if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+    if not files:
+        return ""
+    for p in files:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()

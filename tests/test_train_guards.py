@@ -1,0 +1,195 @@
+"""Training guards: the collapse watchdog, dynamic sampling's group filter, batch selection and
+concatenation, the rollback's learning-rate scaling."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from gigpo.advantages import compute_advantages, discounted_returns, episode_scores
+from gigpo.batch import StepBatch, concat_batches, select_trajectories
+from gigpo.train.config import GuardConfig, TrainConfig, ConfigError
+from gigpo.train.guards import Watchdog, load_best, model_hash, save_best
+from gigpo.train.trainer import group_has_signal
+from gigpo.train.update import PolicyUpdater
+
+
+def _batch(rewards_per_traj, group_size, failed=None):
+    """A StepBatch with one trajectory per entry of ``rewards_per_traj`` (a list of per-step
+    rewards), ``group_size`` consecutive trajectories per episode group; anchors 's<t>'."""
+    rows = {k: [] for k in ("episode_id", "traj_id", "step", "anchor", "reward", "done", "valid")}
+    for t, rs in enumerate(rewards_per_traj):
+        for i, r in enumerate(rs):
+            rows["episode_id"].append(t // group_size)
+            rows["traj_id"].append(t)
+            rows["step"].append(i)
+            rows["anchor"].append(f"s{i}")
+            rows["reward"].append(float(r))
+            rows["done"].append(i == len(rs) - 1)
+            rows["valid"].append(True)
+    n, T = len(rows["traj_id"]), len(rewards_per_traj)
+    obj = StepBatch.object_array
+    return StepBatch(
+        episode_id=np.asarray(rows["episode_id"]), traj_id=np.asarray(rows["traj_id"]),
+        step=np.asarray(rows["step"], np.int32), anchor=obj(rows["anchor"]),
+        reward=np.asarray(rows["reward"], np.float32), done=np.asarray(rows["done"]),
+        valid=np.asarray(rows["valid"]), prompt_ids=[np.array([1, 2, i], np.int32) for i in range(n)],
+        response_ids=[np.array([3, i], np.int32) for i in range(n)],
+        logprobs=[np.array([-0.5, -1.0], np.float32) for _ in range(n)], action=obj(["a"] * n),
+        response_text=obj([""] * n), observation=obj([""] * n),
+        traj_episode_id=np.arange(T) // group_size, traj_task_id=obj([f"task{t // group_size}" for t in range(T)]),
+        traj_task_type=obj(["x"] * T), traj_won=np.asarray([sum(r) > 0 for r in rewards_per_traj]),
+        traj_score=np.asarray([float(sum(r)) for r in rewards_per_traj], np.float32),
+        traj_length=np.asarray([len(r) for r in rewards_per_traj], np.int32),
+        traj_failed=np.asarray(failed if failed is not None else [False] * T),
+        traj_truncated=np.zeros(T, bool), meta={"group_size": group_size, "prompts": n, "traj_tool_calls": list(range(T))})
+
+
+def _adv(batch, estimator):
+    scores = episode_scores(batch.reward, batch.traj_id)
+    returns = discounted_returns(batch.reward, batch.traj_id, 0.95)
+    return compute_advantages(estimator, scores=scores, step_returns=returns, episode_ids=batch.episode_id,
+                              traj_ids=batch.traj_id, anchors=batch.anchor).advantages
+
+
+# Group 0: all fail (tied). Group 1: one win (signal). Group 2: all win in the same number of steps
+# (tied). Group 3: all win, in 2 or 3 steps: tied episode scores, but GiGPO's step groups differ.
+TRAJS = ([[0, 0]] * 3 + [[0, 0], [0, 1], [0, 0]] + [[0, 1]] * 3 + [[0, 1], [0, 1], [0, 0, 1]])
+
+
+@pytest.mark.parametrize("estimator,expected", [("gigpo", [False, True, False, True]),
+                                                ("grpo", [False, True, False, False]),
+                                                ("rloo", [False, True, False, False])])
+def test_group_has_signal_matches_each_estimators_zero_advantage_groups(estimator, expected):
+    b = _batch(TRAJS, 3)
+    assert group_has_signal(b, _adv(b, estimator)).tolist() == expected
+
+
+def test_select_trajectories_renumbers_and_keeps_row_alignment():
+    b = _batch(TRAJS, 3, failed=[False] * 4 + [True] + [False] * 7)
+    kept = select_trajectories(b, ~b.traj_failed)
+    assert kept.num_trajectories == 11 and kept.num_rows == b.num_rows - 2
+    assert sorted(set(kept.traj_id.tolist())) == list(range(11))
+    assert kept.traj_episode_id.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert kept.meta["traj_tool_calls"] == [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    # rows still belong to their trajectories: every row's reward is its trajectory's
+    for t in range(kept.num_trajectories):
+        assert kept.reward[kept.traj_id == t].sum() == kept.traj_score[t]
+    # dropping a whole group renumbers the episodes after it
+    only = select_trajectories(b, np.repeat([True, False, False, True], 3))
+    assert only.traj_episode_id.tolist() == [0, 0, 0, 1, 1, 1] and set(only.episode_id.tolist()) == {0, 1}
+    # a failed rollout leaves its group's statistics: group 1 without its winner has no signal
+    assert group_has_signal(kept, _adv(kept, "grpo")).tolist() == [False, False, False, False]
+
+
+def test_concat_batches_offsets_ids_and_advantages_are_per_group():
+    a, b = _batch(TRAJS[:6], 3), _batch(TRAJS[6:], 3)
+    c = concat_batches([a, b])
+    whole = _batch(TRAJS, 3)
+    assert c.episode_id.tolist() == whole.episode_id.tolist() and c.traj_id.tolist() == whole.traj_id.tolist()
+    assert c.traj_episode_id.tolist() == whole.traj_episode_id.tolist()
+    assert c.meta["prompts"] == whole.meta["prompts"] and c.meta["group_size"] == 3
+    assert c.meta["traj_tool_calls"] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5]
+    np.testing.assert_allclose(_adv(c, "gigpo"), _adv(whole, "gigpo"))
+
+
+def _cfg(**kw):
+    return GuardConfig(**kw)
+
+
+def test_watchdog_rolls_back_after_patience_iterations_of_collapse():
+    w = Watchdog(_cfg(train_drop=0.3, patience=2), select_by_val=False)
+    improved = [w.observe_train(i, s, None)[0] for i, s in enumerate([0.5, 0.7, 0.8, 0.5])]
+    assert improved == [True, True, True, False] and w.best_iteration == 2
+    assert w.observe_train(4, 0.1, None) == (False, None)      # one bad iteration: not yet
+    _, reason = w.observe_train(5, 0.0, None)
+    assert reason and "training success 0.00" in reason and "for 2 iterations" in reason
+    w.rolled_back()
+    assert w.rollbacks == 1 and w.bad == 0 and w.ema == pytest.approx(w.best_ema)
+    assert w.observe_train(6, 0.6, None)[1] is None              # recovered: counters restart
+
+
+@pytest.mark.parametrize("p", [0.3, 0.6, 0.8])
+def test_watchdog_default_margin_rarely_fires_on_sampling_noise(p):
+    # 20-iteration runs of a steady policy whose training success is measured on 32 episodes (the
+    # default job): the default margin fires in well under 3 % of them.
+    fired = 0
+    for seed in range(300):
+        rng, w = np.random.default_rng(seed), Watchdog(_cfg(), select_by_val=False)
+        fired += any(w.observe_train(i, rng.binomial(32, p) / 32, None)[1] for i in range(20))
+    assert fired / 300 < 0.03
+
+
+def test_watchdog_entropy_floor_and_validation_drop():
+    w = Watchdog(_cfg(entropy_floor=0.5, patience=1), select_by_val=True)
+    assert w.observe_val(0, 0.5) == (True, None) and w.best_iteration == 0
+    assert w.observe_train(1, 0.5, 0.9)[1] is None
+    assert "entropy 0.100" in w.observe_train(2, 0.5, 0.1)[1]
+    assert w.observe_val(5, 0.6) == (True, None) and w.best_iteration == 5
+    assert w.observe_val(10, 0.45) == (False, None)             # within val_drop 0.25
+    improved, reason = w.observe_val(15, 0.3)
+    assert not improved and "validation success 0.30" in reason and "iteration 5" in reason
+    w2 = Watchdog(_cfg(watchdog=False, patience=1, entropy_floor=0.5), select_by_val=True)
+    w2.observe_val(0, 0.9)
+    assert w2.observe_val(1, 0.0) == (False, None) and w2.observe_train(1, 0.0, 0.0)[1] is None
+
+
+def test_watchdog_state_round_trips_and_exhausts():
+    w = Watchdog(_cfg(max_rollbacks=2), select_by_val=False)
+    for i, s in enumerate([0.4, 0.9, 0.0]):
+        w.observe_train(i, s, None)
+    w2 = Watchdog(_cfg(max_rollbacks=2), select_by_val=False)
+    w2.load_state_dict(w.state_dict())
+    assert w2.state_dict() == w.state_dict()
+    w2.rolled_back()
+    assert not w2.exhausted
+    w2.rolled_back()
+    assert w2.exhausted
+
+
+def test_guard_config_rejects_bad_values():
+    for kw, key in [({"val_every": -1}, "guard.val_every"), ({"train_drop": 0}, "guard.train_drop"),
+                    ({"lr_factor": 2.0}, "guard.lr_factor"), ({"patience": 0}, "guard.patience"),
+                    ({"val_tasks": 0}, "guard.val_tasks")]:
+        with pytest.raises(ConfigError, match=key):
+            GuardConfig(**kw)
+
+
+def _model():
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
+
+
+def test_rollback_restores_weights_and_optimizer_and_scales_lr(tmp_path):
+    model = _model()
+    up = PolicyUpdater(model, TrainConfig(lr=1e-2, use_kl=False, entropy_coef=0.0), pad_token_id=0)
+    prompts, responses = [np.array([1, 2, 3])] * 4, [np.array([4, 5])] * 4
+    old = [np.array([-3.0, -3.0], np.float32)] * 4
+    up.update(prompts, responses, np.array([1.0, -1.0, 1.0, 0.5]), old)
+    save_best(tmp_path, {"model": model.state_dict(), "updater": up.state_dict(), "iteration": 1})
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    for _ in range(3):
+        up.update(prompts, responses, np.array([1.0, -1.0, 1.0, 0.5]), old)
+    assert any(not torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    best = load_best(tmp_path)
+    model.load_state_dict(best["model"])
+    up.roll_back(best["updater"], 0.5)
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    assert up.optimizer.param_groups[0]["lr"] == pytest.approx(5e-3)
+    assert up.update(prompts, responses, np.array([1.0, -1.0, 1.0, 0.5]), old)["lr"] == pytest.approx(5e-3)
+    state = up.state_dict()
+    up2 = PolicyUpdater(_model(), TrainConfig(lr=1e-2, use_kl=False, entropy_coef=0.0), pad_token_id=0)
+    up2.load_state_dict(state)
+    assert up2.lr_scale == 0.5
+
+
+def test_model_hash_changes_with_the_weights(tmp_path):
+    m = _model()
+    m.save_pretrained(tmp_path / "a")
+    h = model_hash(tmp_path / "a")
+    assert len(h) == 64 and h == model_hash(tmp_path / "a")
+    with torch.no_grad():
+        next(m.parameters()).add_(1.0)
+    m.save_pretrained(tmp_path / "b")
+    assert model_hash(tmp_path / "b") != h and model_hash(tmp_path) == ""
