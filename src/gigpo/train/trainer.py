@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gigpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from gigpo.train.checkpoint import load_latest, save_checkpoint, set_rng_state
 from gigpo.train.config import Config, build_agent, save_config
 from gigpo.train.logging import MetricsLogger, iteration_summary
 from gigpo.train.update import PolicyUpdater, batched_logprobs
@@ -82,24 +82,36 @@ def _stats(prefix: str, x) -> dict:
 class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
-    def __init__(self, cfg: Config, *, resume: bool = False) -> None:
-        from gigpo.envs import make_tasks
-        from gigpo.envs.manager import GroupedEnvs
-        from gigpo.policy.generate import HFGenerator
-        from gigpo.policy.load import load_policy
+    def __init__(self, cfg: Config, *, resume: bool = False, force: bool = False) -> None:
+        """``resume``: continue from the run dir's newest usable checkpoint; ``force``: allow a
+        resume to change run-defining config keys (recorded in ``config_changes.jsonl``)."""
+        from gigpo.train.rundir import open_run_dir, preflight
 
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         torch.set_num_threads(cfg.train.torch_threads)
+        preflight(cfg)  # a bad model path, device or env option fails before the run dir changes
         _seed_all(cfg.seed)
-        if not resume and self.run_dir.is_dir() and any(self.run_dir.iterdir()):
-            # A new run never appends to or overwrites an old one: the old one is kept, renamed.
-            old = self.run_dir.with_name(f"{self.run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.replace(self.run_dir, old)
-            print(f"kept the previous run in {self.run_dir.name} as {old} (use --resume to continue a run)",
-                  flush=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
+        # A new run never appends to or overwrites an old one: the old one is kept, renamed.
+        self._lock = open_run_dir(self.run_dir, resume=resume)
+        try:
+            self._setup(resume, force)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, resume: bool, force: bool) -> None:
+        from gigpo.envs import make_tasks
+        from gigpo.envs.manager import GroupedEnvs
+        from gigpo.policy.generate import HFGenerator
+        from gigpo.policy.load import load_policy
+        from gigpo.train.rundir import resume_changes
+
+        cfg = self.cfg
+        if resume:
+            resume_changes(self.run_dir, cfg, force=force)
+        # The original config.yaml stays as the run was started.
+        save_config(cfg, self.run_dir / ("config.resumed.yaml" if resume else "config.yaml"))
         model_path = cfg.model.name_or_path
         # Wall seconds per phase of the run (printed at the end and written to phases.json).
         self.phase_times: dict[str, float] = {}
@@ -128,20 +140,26 @@ class Trainer:
         e = cfg.env
         self.train_pool = make_tasks(e.family, "train", n=e.train_tasks or None, seed=e.task_seed, **e.task_kwargs)
         self.eval_pool = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
+        step_timeout, reset_timeout = e.timeouts()
         self.envs = GroupedEnvs(e.family, group_size=e.group_size, max_steps=e.max_steps,
-                                env_kwargs=e.kwargs, executor=e.executor)
+                                env_kwargs=e.kwargs, executor=e.executor,
+                                step_timeout=step_timeout, reset_timeout=reset_timeout)
         self.eval_envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps,
-                                     env_kwargs=e.kwargs, executor=e.executor)
+                                     env_kwargs=e.kwargs, executor=e.executor,
+                                     step_timeout=step_timeout, reset_timeout=reset_timeout)
         self.updater = PolicyUpdater(self.model, cfg.train, pad_token_id=self.tokenizer.pad_token_id,
                                      temperature=cfg.rollout.temperature)
         self.iteration = 0  # iterations completed
-        ck = latest_checkpoint(self.run_dir) if resume else None
-        if resume and ck is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {str(self.run_dir / 'checkpoints')!r}")
-        if ck is not None:
-            state = load_checkpoint(ck)
+        found = load_latest(self.run_dir) if resume else None  # falls back past a corrupt newest one
+        if resume and found is None:
+            from gigpo.train.checkpoint import CheckpointError
+
+            raise CheckpointError(f"--resume: no checkpoint in {str(self.run_dir / 'checkpoints')!r}")
+        if found is not None:
+            _, state = found
             self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
+            self.updater.set_lr(cfg.train.lr)  # a resume may change train.lr
             self.iteration = state["iteration"]
             set_rng_state(state["rng"])
         self.logger = MetricsLogger(self.run_dir, resume_after=self.iteration if resume else None,
@@ -314,8 +332,11 @@ class Trainer:
         return path
 
     def close(self) -> None:
-        for e in (self.envs, self.eval_envs):
+        for e in (getattr(self, "envs", None), getattr(self, "eval_envs", None)):
             getattr(e, "close", lambda: None)()
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
 
 def _print_eval_line(label: str, m: dict) -> None:
