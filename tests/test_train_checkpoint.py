@@ -109,3 +109,25 @@ def test_latest_pointer_outside_checkpoints_is_ignored(tmp_path, pointer):
     with pytest.warns(UserWarning, match="not an iter_NNNNNN directory"):
         path, state = load_latest(tmp_path)
     assert path == ck / "iter_000001" and state["iteration"] == 1
+
+
+def test_disk_full_while_saving_is_an_oserror_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    import gigpo.train.checkpoint as checkpoint
+
+    _two(tmp_path)
+
+    def full_for_state(path, *a, **kw):  # the kernel's ENOSPC, from /dev/full
+        return builtins.open("/dev/full" if str(path).endswith("state.pt") else path, *a, **kw)
+
+    monkeypatch.setattr(checkpoint, "open", full_for_state, raising=False)
+    big = {"model": {"w": torch.zeros(1 << 18)}}
+    with pytest.raises(OSError) as e:
+        save_checkpoint(tmp_path, 3, big)
+    assert e.value.errno == errno.ENOSPC
+    monkeypatch.undo()
+    ck = tmp_path / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["iter_000001", "iter_000002", "latest"]
+    assert load_latest(tmp_path)[1]["iteration"] == 2

@@ -79,10 +79,16 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], 
         shutil.rmtree(tmp)
     tmp.mkdir()
     payload = dict(state, iteration=iteration, rng=rng_state())
-    torch.save(payload, tmp / "state.pt")
-    (tmp / "state.sha256").write_text(_sha256(tmp / "state.pt") + "\n")
-    for f in ("state.pt", "state.sha256"):  # on disk before `latest` can name them
-        _fsync(tmp / f)
+    try:
+        # A file object, not a path: torch then reports a full disk as OSError(ENOSPC), not a RuntimeError.
+        with open(tmp / "state.pt", "wb") as f:
+            torch.save(payload, f)
+        (tmp / "state.sha256").write_text(_sha256(tmp / "state.pt") + "\n")
+        for name in ("state.pt", "state.sha256"):  # on disk before `latest` can name them
+            _fsync(tmp / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # frees the space a half-written file took
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
