@@ -45,3 +45,13 @@ def test_resume_without_run_dir_is_clear(tmp_path, capsys):
 def test_console_entry_point_runs():
     r = subprocess.run([sys.executable, "-m", "gigpo.cli", "sft", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "sft.episodes" in r.stdout
+
+
+def test_broken_yaml_and_non_finite_lr_are_one_line_with_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {lr: [1e-5\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gigpo: config file is not valid YAML") and "\n" not in err
+    assert main(["train", "train.lr=.inf"]) == 2
+    assert capsys.readouterr().err.strip() == "gigpo: config error: train.lr: must be a finite number, got inf"

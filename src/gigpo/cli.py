@@ -119,7 +119,9 @@ def cmd_eval(argv) -> int:
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
-    envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor)
+    step_timeout, reset_timeout = e.timeouts()
+    envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor,
+                       step_timeout=step_timeout, reset_timeout=reset_timeout)
     agent = build_agent(cfg, tok)
     params = SamplingParams(temperature=cfg.rollout.eval_temperature, top_p=cfg.rollout.top_p,
                             max_new_tokens=cfg.rollout.max_response_tokens, seed=cfg.seed)
