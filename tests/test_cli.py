@@ -22,21 +22,36 @@ def test_top_level_help(capsys):
     assert "train" in capsys.readouterr().out
 
 
-def test_unknown_command_suggests():
-    with pytest.raises(SystemExit, match="Did you mean 'train'"):
-        main(["trian"])
+def test_no_arguments_prints_usage_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "usage: gigpo" in capsys.readouterr().err
 
 
-def test_bad_override_exits_with_key_and_suggestion():
-    with pytest.raises(SystemExit, match=r"train\.lr"):
-        main(["train", "train.lrr=1"])
+def test_unknown_command_suggests(capsys):
+    assert main(["trian"]) == 2
+    assert "Did you mean 'train'" in capsys.readouterr().err
 
 
-def test_resume_without_run_dir_is_clear(tmp_path):
-    with pytest.raises(SystemExit, match="no config.yaml"):
-        main(["train", "--resume", str(tmp_path)])
+def test_bad_override_exits_with_key_and_suggestion(capsys):
+    assert main(["train", "train.lrr=1"]) == 2
+    assert "train.lr" in capsys.readouterr().err
+
+
+def test_resume_without_run_dir_is_clear(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    assert "no config.yaml" in capsys.readouterr().err
 
 
 def test_console_entry_point_runs():
     r = subprocess.run([sys.executable, "-m", "gigpo.cli", "sft", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "sft.episodes" in r.stdout
+
+
+def test_broken_yaml_and_non_finite_lr_are_one_line_with_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {lr: [1e-5\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gigpo: config file is not valid YAML") and "\n" not in err
+    assert main(["train", "train.lr=.inf"]) == 2
+    assert capsys.readouterr().err.strip() == "gigpo: config error: train.lr: must be a finite number, got inf"

@@ -146,3 +146,36 @@ def test_sft_cache_key_follows_the_tiny_build(monkeypatch):
     before = sft_key(cfg)
     monkeypatch.setattr(tiny, "tiny_hash", lambda c: "another-build")
     assert sft_key(cfg) != before  # a changed tiny architecture must not reuse an old SFT model
+
+
+@pytest.mark.parametrize("override", ["train.lr=.inf", "train.lr=nan", "algorithm.gamma=.nan", "sft.lr=-.inf",
+                                      "env.step_timeout=.inf"])
+def test_non_finite_floats_are_config_errors(override):
+    with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}: must be a finite number"):
+        load_config(None, [override, "env.executor=thread"])
+
+
+@pytest.mark.parametrize("name", [".", "..", "", "a/b", "a\\b"])
+def test_run_name_must_be_a_plain_directory_name(name):
+    with pytest.raises(ConfigError, match="name: must be a plain directory name"):
+        load_config(None, [f"name={name}"])
+
+
+def test_torch_threads_far_beyond_the_cpus_is_an_error():
+    import os
+
+    cpus = os.cpu_count() or 1
+    assert load_config(None, [f"train.torch_threads={cpus + 1}"]).train.torch_threads == cpus + 1
+    with pytest.raises(ConfigError, match=r"train\.torch_threads.*CPUs"):
+        load_config(None, ["train.torch_threads=100000"])
+
+
+def test_env_timeouts_default_by_executor_and_need_an_interruptible_one():
+    assert load_config(None, []).env.timeouts() == (None, None)
+    assert load_config(None, ["env.executor=process"]).env.timeouts() == (60.0, 300.0)
+    assert load_config(None, ["env.executor=thread", "env.step_timeout=0",
+                              "env.reset_timeout=5"]).env.timeouts() == (None, 5.0)
+    with pytest.raises(ConfigError, match=r"env\.step_timeout: needs env\.executor=thread or process"):
+        load_config(None, ["env.step_timeout=5"])
+    with pytest.raises(ConfigError, match=r"env\.reset_timeout: must be >= 0"):
+        load_config(None, ["env.executor=thread", "env.reset_timeout=-3"])

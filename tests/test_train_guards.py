@@ -9,7 +9,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from gigpo.advantages import compute_advantages, discounted_returns, episode_scores
 from gigpo.batch import StepBatch, concat_batches, select_trajectories
 from gigpo.train.config import GuardConfig, TrainConfig, ConfigError
-from gigpo.train.guards import Watchdog, load_best, model_hash, save_best
+from gigpo.train.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, pin_best, save_checkpoint
+from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.trainer import group_has_signal
 from gigpo.train.update import PolicyUpdater
 
@@ -167,12 +168,17 @@ def test_rollback_restores_weights_and_optimizer_and_scales_lr(tmp_path):
     prompts, responses = [np.array([1, 2, 3])] * 4, [np.array([4, 5])] * 4
     old = [np.array([-3.0, -3.0], np.float32)] * 4
     up.update(prompts, responses, np.array([1.0, -1.0, 1.0, 0.5]), old)
-    save_best(tmp_path, {"model": model.state_dict(), "updater": up.state_dict(), "iteration": 1})
+    save_checkpoint(tmp_path, 1, {"model": model.state_dict(), "updater": up.state_dict()}, best=True)
     saved = {k: v.clone() for k, v in model.state_dict().items()}
-    for _ in range(3):
+    for it in range(2, 6):
         up.update(prompts, responses, np.array([1.0, -1.0, 1.0, 0.5]), old)
+        save_checkpoint(tmp_path, it, {"model": model.state_dict(), "updater": up.state_dict()})
     assert any(not torch.equal(saved[k], v) for k, v in model.state_dict().items())
-    best = load_best(tmp_path)
+    # pruning (keep=2) kept the pinned best beside the two newest
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*")) == [
+        "iter_000001", "iter_000004", "iter_000005"]
+    best = load_checkpoint(best_checkpoint(tmp_path))
+    assert best["iteration"] == 1
     model.load_state_dict(best["model"])
     up.roll_back(best["updater"], 0.5)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
@@ -182,6 +188,15 @@ def test_rollback_restores_weights_and_optimizer_and_scales_lr(tmp_path):
     up2 = PolicyUpdater(_model(), TrainConfig(lr=1e-2, use_kl=False, entropy_coef=0.0), pad_token_id=0)
     up2.load_state_dict(state)
     assert up2.lr_scale == 0.5
+
+
+def test_pin_best_refuses_what_is_not_a_checkpoint(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("../x", "iter_000009", "latest"):
+        with pytest.raises(CheckpointError, match="cannot pin"):
+            pin_best(tmp_path, name)
+    (tmp_path / "checkpoints" / "best").write_text("../../etc")
+    assert best_checkpoint(tmp_path) is None
 
 
 def test_model_hash_changes_with_the_weights(tmp_path):

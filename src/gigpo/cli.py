@@ -7,15 +7,28 @@
 
 Every ``key=value`` is a dotted config key (``algorithm.estimator=grpo train.lr=1e-5``); the full
 list with types, defaults and descriptions is in each command's ``--help``.
+
+A user error (bad config, model path or checkpoint, a locked run dir, a full or read-only disk,
+Ctrl-C) ends with one ``gigpo: ...`` line saying what to do; exit codes: 2 usage/config error,
+1 runtime error, 130 interrupted. ``GIGPO_TRACEBACK=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
 import sys
 from pathlib import Path
+
+
+class UsageError(Exception):
+    """The command line itself is wrong (exit code 2)."""
+
+
+# The run dir of the command in progress, for messages that tell the user how to resume.
+_RUN_DIR: list[Path] = []
 
 
 def _parser(cmd: str, desc: str) -> argparse.ArgumentParser:
@@ -30,12 +43,9 @@ def _parser(cmd: str, desc: str) -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from gigpo.train.config import ConfigError, load_config
+    from gigpo.train.config import load_config
 
-    try:
-        return load_config(args.config, args.overrides)
-    except ConfigError as e:
-        sys.exit(f"gigpo: config error: {e}")
+    return load_config(args.config, args.overrides)
 
 
 def _threads(cfg) -> None:
@@ -48,27 +58,42 @@ def _threads(cfg) -> None:
 def cmd_train(argv) -> int:
     p = _parser("train", "Train a policy with GiGPO (or GRPO/RLOO) on a text environment.")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
-                   "(its config.yaml is used; key=value overrides still apply)")
+                   "(its config is used; key=value overrides still apply, except to run-defining keys)")
+    p.add_argument("--force", action="store_true", help="with --resume: allow changing run-defining keys "
+                   "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
+                   "RUN_DIR/config_changes.jsonl")
     args = p.parse_args(argv)
+    if args.force and not args.resume:
+        raise UsageError("--force only applies with --resume RUN_DIR")
     if args.resume:
         if args.config:
-            sys.exit("gigpo: give either --config or --resume (a resumed run uses its own config.yaml)")
-        cfg_path = Path(args.resume) / "config.yaml"
-        if not cfg_path.exists():
-            sys.exit(f"gigpo: --resume {args.resume!r}: no config.yaml there; is it a run directory?")
-        args.config = str(cfg_path)
+            raise UsageError("give either --config or --resume (a resumed run uses its own config.yaml)")
         run = Path(args.resume)
+        cfg_path = next((run / n for n in ("config.resumed.yaml", "config.yaml") if (run / n).exists()), None)
+        if cfg_path is None:
+            raise UsageError(f"--resume {args.resume!r}: no config.yaml there; is it a run directory?")
+        args.config = str(cfg_path)
         args.overrides = [f"output_dir={run.parent}", f"name={run.name}", *args.overrides]
     cfg = _load(args)
     _threads(cfg)
     from gigpo.train.trainer import Trainer
     from gigpo.train.update import TrainingDiverged
 
-    trainer = Trainer(cfg, resume=bool(args.resume))
+    _RUN_DIR[:] = [cfg.run_dir]
+    trainer = Trainer(cfg, resume=bool(args.resume), force=args.force)
     try:
         trainer.run()
     except TrainingDiverged as e:
-        sys.exit(f"gigpo: training stopped: {e}")
+        print(f"gigpo: training stopped: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        from gigpo.train.checkpoint import latest_checkpoint
+
+        ck = latest_checkpoint(cfg.run_dir)
+        saved = f" (last checkpoint: {ck.name})" if ck is not None and ck.name != f"iter_{trainer.iteration:06d}" else ""
+        print(f"\ngigpo: stopped at iteration {trainer.iteration}{saved}; resume with: gigpo train --resume "
+              f"{cfg.run_dir}", file=sys.stderr)
+        return 130
     finally:
         trainer.close()
     print(f"run directory: {cfg.run_dir}")
@@ -94,7 +119,9 @@ def cmd_eval(argv) -> int:
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
-    envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor)
+    step_timeout, reset_timeout = e.timeouts()
+    envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor,
+                       step_timeout=step_timeout, reset_timeout=reset_timeout)
     agent = build_agent(cfg, tok)
     params = SamplingParams(temperature=cfg.rollout.eval_temperature, top_p=cfg.rollout.top_p,
                             max_new_tokens=cfg.rollout.max_response_tokens, seed=cfg.seed)
@@ -132,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
              "  sft     supervised warm start on expert demonstrations\n"
              "  report  summarise a run directory\n"
              "Run 'gigpo <command> --help' for options.")
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:
+        print(usage, file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(usage)
         return 0
     cmd, rest = argv[0], argv[1:]
@@ -146,8 +176,52 @@ def main(argv: list[str] | None = None) -> int:
         import difflib
 
         close = difflib.get_close_matches(cmd, [*COMMANDS, "report"], n=1)
-        sys.exit(f"gigpo: unknown command {cmd!r}." + (f" Did you mean {close[0]!r}?" if close else "") + "\n" + usage)
-    return COMMANDS[cmd](rest) or 0
+        print(f"gigpo: unknown command {cmd!r}." + (f" Did you mean {close[0]!r}?" if close else "") + "\n" + usage,
+              file=sys.stderr)
+        return 2
+    if os.environ.get("GIGPO_TRACEBACK"):
+        return COMMANDS[cmd](rest) or 0
+    try:
+        return COMMANDS[cmd](rest) or 0
+    except BaseException as e:  # noqa: BLE001 - _user_error re-raises what it does not know
+        code, msg = _user_error(e)
+        print(f"gigpo: {msg}", file=sys.stderr)
+        return code
+
+
+def _user_error(e: BaseException) -> tuple[int, str]:
+    """(exit code, one line) for an error the user can fix; re-raises anything else."""
+    import yaml
+
+    from gigpo.train.checkpoint import CheckpointError
+    from gigpo.train.config import ConfigError
+    from gigpo.train.rundir import RunDirLocked
+
+    from gigpo.train.checkpoint import latest_checkpoint
+
+    resumable = bool(_RUN_DIR) and latest_checkpoint(_RUN_DIR[0]) is not None
+    resume = f"; then continue with: gigpo train --resume {_RUN_DIR[0]}" if resumable else ""
+    if isinstance(e, KeyboardInterrupt):
+        return 130, "interrupted" + (f" (resume with: gigpo train --resume {_RUN_DIR[0]})" if resumable else "")
+    if isinstance(e, UsageError):
+        return 2, str(e)
+    if isinstance(e, ConfigError):
+        return 2, f"config error: {e}"
+    if isinstance(e, yaml.YAMLError):
+        return 2, f"config file is not valid YAML: {' '.join(str(e).split())}"
+    if isinstance(e, CheckpointError):
+        return 1, f"checkpoint error: {e}"
+    if isinstance(e, RunDirLocked):
+        return 1, str(e)
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return 1, f"disk full while writing {e.filename or 'the run'}: free some space{resume}"
+    if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        what = "read-only file system" if e.errno == errno.EROFS else "permission denied"
+        return 1, (f"cannot write {e.filename or 'the output'} ({what}): choose a writable output_dir=... "
+                   "(or fix the permissions)")
+    if isinstance(e, FileNotFoundError):
+        return 2, str(e)
+    raise e
 
 
 if __name__ == "__main__":

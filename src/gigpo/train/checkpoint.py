@@ -1,40 +1,78 @@
-"""Atomic checkpoints: everything needed to continue a run exactly.
+"""Atomic, verified checkpoints: everything needed to continue a run exactly.
 
 Layout under ``<run_dir>/checkpoints/``::
 
-    iter_000012/state.pt   model, optimizer, scheduler state dicts; RNG states (python, numpy,
-                           torch); iteration; task sampler state; counters
-    latest                 text file naming the newest complete checkpoint directory
+    iter_000012/state.pt     model, optimizer, scheduler state dicts; RNG states (python, numpy,
+                             torch) as plain lists/ints/tensors; iteration; task sampler state
+    iter_000012/state.sha256 sha256 of state.pt
+    latest                   text file naming the newest complete checkpoint directory
 
 A checkpoint is written into a temporary directory and renamed into place, then ``latest`` is
 replaced with ``os.replace``; a run killed at any moment leaves either the old or the new
-checkpoint, never a half-written one.
+checkpoint, never a half-written one. Loading verifies the checksum and unpickles with
+``weights_only=True``, so a damaged or planted ``state.pt`` is refused instead of trusted; a
+corrupt newest checkpoint falls back to the previous one (``keep=2`` retains one).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+_NAME = re.compile(r"iter_\d{6}")
+
+
+class CheckpointError(RuntimeError):
+    """No usable checkpoint (corrupt, tampered with, or missing); the message says which and why."""
+
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    # Plain ints/lists/tensors only: ``torch.load(weights_only=True)`` refuses numpy arrays.
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"python": {"version": version, "state": list(internal), "gauss": gauss},
+            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                      "cached_gaussian": float(cached)},
+            "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, nps = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    np.random.set_state((nps["kind"], np.asarray(nps["keys"], dtype=np.uint32), nps["pos"], nps["has_gauss"],
+                         nps["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
 
 
-def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` (plus RNG states) as the checkpoint after ``iteration``; returns its dir."""
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2,
+                    best: bool = False) -> Path:
+    """Write ``state`` (plus RNG states) as the checkpoint after ``iteration``; returns its dir.
+    ``best``: also pin it as the best checkpoint (``pin_best``)."""
     ckdir = Path(run_dir) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     final = ckdir / f"iter_{iteration:06d}"
@@ -43,33 +81,124 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], 
         shutil.rmtree(tmp)
     tmp.mkdir()
     payload = dict(state, iteration=iteration, rng=rng_state())
-    torch.save(payload, tmp / "state.pt")
+    try:
+        # A file object, not a path: torch then reports a full disk as OSError(ENOSPC), not a RuntimeError.
+        with open(tmp / "state.pt", "wb") as f:
+            torch.save(payload, f)
+        (tmp / "state.sha256").write_text(_sha256(tmp / "state.pt") + "\n")
+        for name in ("state.pt", "state.sha256"):  # on disk before `latest` can name them
+            _fsync(tmp / name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # frees the space a half-written file took
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    if best:
+        pin_best(run_dir, final.name)
     latest_tmp = ckdir / f".latest-{os.getpid()}"
     latest_tmp.write_text(final.name)
+    _fsync(latest_tmp)
     os.replace(latest_tmp, ckdir / "latest")
-    # Drop old complete checkpoints beyond ``keep`` (never the one just written).
-    done = sorted(p for p in ckdir.glob("iter_*") if p.is_dir())
+    _fsync(ckdir)
+    # Drop old complete checkpoints beyond ``keep`` (never the one just written, never the best).
+    pinned = best_checkpoint(run_dir)
+    done = sorted(p for p in ckdir.glob("iter_*") if p.is_dir() and p != pinned)
     for old in done[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
+def pin_best(run_dir: str | Path, name: str) -> None:
+    """Name ``checkpoints/<name>`` (an ``iter_NNNNNN`` dir) in ``checkpoints/best``: the rollback
+    target of the collapse watchdog and the model best-model selection delivers; pruning keeps it."""
     ckdir = Path(run_dir) / "checkpoints"
+    if not _NAME.fullmatch(name) or not (ckdir / name).is_dir():
+        raise CheckpointError(f"cannot pin {name!r}: not a checkpoint dir of {ckdir}")
+    tmp = ckdir / f".best-{os.getpid()}"
+    tmp.write_text(name)
+    _fsync(tmp)
+    os.replace(tmp, ckdir / "best")
+
+
+def best_checkpoint(run_dir: str | Path) -> Path | None:
+    """The pinned best checkpoint dir, or None."""
+    ckdir = Path(run_dir) / "checkpoints"
+    ptr = ckdir / "best"
+    if not ptr.is_file():
+        return None
+    name = ptr.read_text(errors="replace").strip()
+    return ckdir / name if _NAME.fullmatch(name) and (ckdir / name).is_dir() else None
+
+
+def _pointer(ckdir: Path) -> Path | None:
+    """The dir ``latest`` names, or None (absent, or not an ``iter_NNNNNN`` dir inside ``ckdir``)."""
     ptr = ckdir / "latest"
     if not ptr.exists():
         return None
-    path = ckdir / ptr.read_text().strip()
-    return path if (path / "state.pt").exists() else None
+    name = ptr.read_text(errors="replace").strip()
+    if not _NAME.fullmatch(name):
+        warnings.warn(f"{ptr} names {name!r}, not an iter_NNNNNN directory of {ckdir}; ignoring it",
+                      stacklevel=3)
+        return None
+    return ckdir / name
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint dir ``latest`` names, if it holds a ``state.pt`` (not yet verified)."""
+    path = _pointer(Path(run_dir) / "checkpoints")
+    return path if path is not None and (path / "state.pt").exists() else None
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint dir's state (RNG states are restored separately, see ``set_rng_state``)."""
+    """Load a checkpoint dir's state after checking its sha256 (RNG states are restored separately,
+    see ``set_rng_state``). Raises ``CheckpointError`` for a missing, damaged or unsafe file."""
     path = Path(path)
-    f = path / "state.pt"
+    f, digest = path / "state.pt", path / "state.sha256"
     if not f.exists():
-        raise FileNotFoundError(f"no checkpoint at {str(path)!r} (expected {str(f)!r})")
-    return torch.load(f, map_location="cpu", weights_only=False)
+        raise CheckpointError(f"no checkpoint at {str(path)!r} (expected {str(f)!r})")
+    if not digest.exists():
+        raise CheckpointError(f"{digest} is missing (the checkpoint is incomplete or was written by an "
+                              "older gigpo)")
+    want = digest.read_text(errors="replace").strip()
+    got = _sha256(f)
+    if got != want:
+        raise CheckpointError(f"{f} does not match its checksum ({f.stat().st_size} bytes, sha256 "
+                              f"{got[:12]}..., expected {want[:12]}...): the file is truncated or damaged")
+    try:
+        state = torch.load(f, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is not ours
+        raise CheckpointError(f"{f} could not be loaded safely ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from e
+    if not isinstance(state, dict) or not {"model", "iteration", "rng"} <= set(state):
+        raise CheckpointError(f"{f} is not a gigpo checkpoint (no model/iteration/rng entries)")
+    return state
+
+
+def load_latest(run_dir: str | Path) -> tuple[Path, dict] | None:
+    """The newest usable checkpoint of ``run_dir`` as ``(dir, state)``; None when there is none at all.
+
+    ``latest`` is tried first, then the other ``iter_NNNNNN`` dirs newest first; each unusable
+    one is reported with a warning. Raises ``CheckpointError`` when checkpoints exist but none loads.
+    """
+    ckdir = Path(run_dir) / "checkpoints"
+    if not ckdir.is_dir():
+        return None
+    first = _pointer(ckdir)
+    dirs = sorted((p for p in ckdir.iterdir() if p.is_dir() and _NAME.fullmatch(p.name)), reverse=True)
+    order = ([first] if first is not None else []) + [p for p in dirs if p != first]
+    errors = []
+    for p in order:
+        try:
+            state = load_checkpoint(p)
+        except CheckpointError as e:
+            errors.append(str(e))
+            warnings.warn(f"skipping checkpoint {p.name}: {e}", stacklevel=2)
+            continue
+        if errors:
+            warnings.warn(f"resuming from the older checkpoint {p.name} (iteration {state['iteration']})",
+                          stacklevel=2)
+        return p, state
+    if not order:
+        return None
+    raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(errors))

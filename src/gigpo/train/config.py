@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,14 +76,31 @@ class EnvConfig:
     kwargs: dict = F({}, "family-specific env options passed to make_env")
     task_kwargs: dict = F({}, "family-specific task options passed to make_tasks")
     executor: str = F("inline", "how envs run: inline, thread or process")
+    step_timeout: float = F(-1.0, "seconds one env step may take before its episode is failed (a hung env "
+                            "worker is killed and restarted); 0 = no limit; -1 = 60 with executor thread or "
+                            "process, none inline (an inline env cannot be interrupted)")
+    reset_timeout: float = F(-1.0, "seconds one env reset may take (includes building the env on first use); "
+                             "0 = no limit; -1 = 300 with executor thread or process, none inline")
 
     def __post_init__(self):
         _choice(self.family, "env.family", ("alfworld", "webshop", "search"))
         _choice(self.executor, "env.executor", ("inline", "thread", "process"))
+        for k in ("step_timeout", "reset_timeout"):
+            v = getattr(self, k)
+            _check(v == -1 or v >= 0, f"env.{k}", f"must be >= 0 seconds (0 = no limit) or -1 (default), got {v}")
+            _check(not (self.executor == "inline" and v > 0), f"env.{k}",
+                   "needs env.executor=thread or process (an inline env cannot be interrupted); set one of "
+                   f"those or env.{k}=0")
         for k in ("group_size", "tasks_per_iter", "max_steps"):
             _check(getattr(self, k) >= 1, f"env.{k}", f"must be >= 1, got {getattr(self, k)}")
         for k in ("history_length", "train_tasks", "eval_tasks"):
             _check(getattr(self, k) >= 0, f"env.{k}", f"must be >= 0, got {getattr(self, k)}")
+
+    def timeouts(self) -> tuple[float | None, float | None]:
+        """(step, reset) seconds for ``GroupedEnvs`` (None = no limit), defaults resolved."""
+        inline = self.executor == "inline"
+        return tuple(None if v == 0 or (v == -1 and inline) else (default if v == -1 else v)
+                     for v, default in ((self.step_timeout, 60.0), (self.reset_timeout, 300.0)))
 
 
 @dataclass
@@ -269,7 +288,20 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):
-        _check(bool(self.name) and "/" not in self.name, "name", "must be non-empty without '/'")
+        _check(bool(self.name) and self.name not in (".", "..") and not any(c in self.name for c in "/\\"),
+               "name", f"must be a plain directory name (not empty, '.', '..', no '/' or '\\'), got {self.name!r}")
+        for f in dataclasses.fields(self):
+            section = getattr(self, f.name)
+            for g in dataclasses.fields(section) if dataclasses.is_dataclass(section) else ():
+                v = getattr(section, g.name)
+                _check(not isinstance(v, float) or math.isfinite(v), f"{f.name}.{g.name}",
+                       f"must be a finite number, got {v}")
+        # More threads than CPUs only oversubscribes (a shared config may ask for 2 on a 1-CPU box);
+        # absurd counts crash torch's thread pool, so they are an error.
+        cpus = os.cpu_count() or 1
+        _check(self.train.torch_threads <= max(4 * cpus, 64), "train.torch_threads",
+               f"{self.train.torch_threads} is far more than the {cpus} CPUs of this machine; set "
+               f"train.torch_threads<={cpus}")
 
     @property
     def run_dir(self) -> Path:
@@ -297,9 +329,11 @@ def _coerce(value: Any, tp, key: str):
         return float(value)
     if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
         try:
-            return float(value)
+            value = float(value)
         except ValueError:
             pass
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: must be a finite number, got {value}")
     ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
     if not ok:
         raise ConfigError(f"{key}: expected {tp.__name__}, got {type(value).__name__} {value!r}")

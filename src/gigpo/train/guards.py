@@ -1,22 +1,18 @@
-"""Guards against a run that destroys its model: the collapse watchdog and the best checkpoint.
+"""Guards against a run that destroys its model: the collapse watchdog.
 
 ``Watchdog`` is a small state machine fed once per iteration with training success (and the
 rollout's entropy estimate) and, when best-model selection is on, with validation success. It
-answers ``None`` or the reason for a rollback. The trainer then restores ``checkpoints/best/``
-(the best model so far with its optimizer state), scales the learning rate by
-``guard.lr_factor`` and goes on; after ``guard.max_rollbacks`` it stops early. Its state is part
-of every checkpoint, so ``--resume`` continues it exactly. docs/training.md has the measurements
-behind the defaults.
+answers whether the best point moved and, on a collapse, why to roll back. The trainer then
+restores the checkpoint pinned as best (``gigpo.train.checkpoint.pin_best``: the model and its
+optimizer state), scales the learning rate by ``guard.lr_factor`` and goes on; after
+``guard.max_rollbacks`` it stops early. Its state is part of every checkpoint, so ``--resume``
+continues it exactly. docs/training.md has the measurements behind the defaults.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from pathlib import Path
-
-import torch
 
 EMA_WEIGHT = 0.5  # weight of the newest iteration in the running mean of training success
 
@@ -87,33 +83,6 @@ class Watchdog:
     @property
     def exhausted(self) -> bool:
         return self.rollbacks >= self.cfg.max_rollbacks
-
-
-def best_dir(run_dir) -> Path:
-    return Path(run_dir) / "checkpoints" / "best"
-
-
-def save_best(run_dir, state: dict) -> Path:
-    """Write ``state`` (model and updater state dicts, iteration) as ``checkpoints/best`` atomically."""
-    final = best_dir(run_dir)
-    tmp = final.with_name(f".tmp-best-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    torch.save(state, tmp / "state.pt")
-    old = final.with_name(f".old-best-{os.getpid()}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def load_best(run_dir) -> dict:
-    f = best_dir(run_dir) / "state.pt"
-    if not f.exists():
-        raise FileNotFoundError(f"no best checkpoint at {str(f)!r}")
-    return torch.load(f, map_location="cpu", weights_only=True)
 
 
 def model_hash(path) -> str:

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from gigpo.batch import concat_batches, select_trajectories
-from gigpo.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+from gigpo.train.checkpoint import best_checkpoint, load_checkpoint, load_latest, pin_best, save_checkpoint, set_rng_state
 from gigpo.train.config import Config, build_agent, save_config
-from gigpo.train.guards import Watchdog, load_best, model_hash, save_best
+from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
 from gigpo.train.update import PolicyUpdater, batched_logprobs
 
@@ -47,6 +47,15 @@ def _debug_kill(iteration: int, phase: str) -> None:
     at = os.environ.get("GIGPO_DEBUG_SIGKILL_AT")
     if at and at == f"{iteration}:{phase}":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _debug_lr(iteration: int) -> float | None:
+    """Test hook: ``GIGPO_DEBUG_LR_AT=<iteration>:<lr>`` runs that iteration's update at ``lr``
+    (a planted learning-rate spike, to show the guards acting on a real collapse)."""
+    at = os.environ.get("GIGPO_DEBUG_LR_AT")
+    if at and at.split(":")[0] == str(iteration):
+        return float(at.split(":")[1])
+    return None
 
 
 # Size bins of the logged histogram (``step_groups/hist_<bin>``; report.plots reads the same names).
@@ -98,24 +107,36 @@ def group_has_signal(batch, advantages, tol: float = 1e-8) -> np.ndarray:
 class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
-    def __init__(self, cfg: Config, *, resume: bool = False) -> None:
-        from gigpo.envs import make_tasks
-        from gigpo.envs.manager import GroupedEnvs
-        from gigpo.policy.generate import HFGenerator
-        from gigpo.policy.load import load_policy
+    def __init__(self, cfg: Config, *, resume: bool = False, force: bool = False) -> None:
+        """``resume``: continue from the run dir's newest usable checkpoint; ``force``: allow a
+        resume to change run-defining config keys (recorded in ``config_changes.jsonl``)."""
+        from gigpo.train.rundir import open_run_dir, preflight
 
         self.cfg = cfg
         self.run_dir = cfg.run_dir
         torch.set_num_threads(cfg.train.torch_threads)
+        preflight(cfg)  # a bad model path, device or env option fails before the run dir changes
         _seed_all(cfg.seed)
-        if not resume and self.run_dir.is_dir() and any(self.run_dir.iterdir()):
-            # A new run never appends to or overwrites an old one: the old one is kept, renamed.
-            old = self.run_dir.with_name(f"{self.run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-            os.replace(self.run_dir, old)
-            print(f"kept the previous run in {self.run_dir.name} as {old} (use --resume to continue a run)",
-                  flush=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, self.run_dir / "config.yaml")
+        # A new run never appends to or overwrites an old one: the old one is kept, renamed.
+        self._lock = open_run_dir(self.run_dir, resume=resume)
+        try:
+            self._setup(resume, force)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, resume: bool, force: bool) -> None:
+        from gigpo.envs import make_tasks
+        from gigpo.envs.manager import GroupedEnvs
+        from gigpo.policy.generate import HFGenerator
+        from gigpo.policy.load import load_policy
+        from gigpo.train.rundir import resume_changes
+
+        cfg = self.cfg
+        if resume:
+            resume_changes(self.run_dir, cfg, force=force)
+        # The original config.yaml stays as the run was started.
+        save_config(cfg, self.run_dir / ("config.resumed.yaml" if resume else "config.yaml"))
         model_path = cfg.model.name_or_path
         # Wall seconds per phase of the run (printed at the end and written to phases.json).
         self.phase_times: dict[str, float] = {}
@@ -158,20 +179,26 @@ class Trainer:
             self.eval_pool, self.val_pool = (pool[:-n_val], pool[-n_val:]) if n_val else (pool, [])
         self.watchdog = Watchdog(g, select_by_val=bool(g.val_every))
         self.stop_reason: str | None = None
+        step_timeout, reset_timeout = e.timeouts()
         self.envs = GroupedEnvs(e.family, group_size=e.group_size, max_steps=e.max_steps,
-                                env_kwargs=e.kwargs, executor=e.executor)
+                                env_kwargs=e.kwargs, executor=e.executor,
+                                step_timeout=step_timeout, reset_timeout=reset_timeout)
         self.eval_envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps,
-                                     env_kwargs=e.kwargs, executor=e.executor)
+                                     env_kwargs=e.kwargs, executor=e.executor,
+                                     step_timeout=step_timeout, reset_timeout=reset_timeout)
         self.updater = PolicyUpdater(self.model, cfg.train, pad_token_id=self.tokenizer.pad_token_id,
                                      temperature=cfg.rollout.temperature)
         self.iteration = 0  # iterations completed
-        ck = latest_checkpoint(self.run_dir) if resume else None
-        if resume and ck is None:
-            raise FileNotFoundError(f"--resume: no checkpoint in {str(self.run_dir / 'checkpoints')!r}")
-        if ck is not None:
-            state = load_checkpoint(ck)
+        found = load_latest(self.run_dir) if resume else None  # falls back past a corrupt newest one
+        if resume and found is None:
+            from gigpo.train.checkpoint import CheckpointError
+
+            raise CheckpointError(f"--resume: no checkpoint in {str(self.run_dir / 'checkpoints')!r}")
+        if found is not None:
+            _, state = found
             self.model.load_state_dict(state["model"])
             self.updater.load_state_dict(state["updater"])
+            self.updater.set_lr(cfg.train.lr)  # a resume may change train.lr
             self.iteration = state["iteration"]
             if "guard" in state:
                 self.watchdog.load_state_dict(state["guard"]["watchdog"])
@@ -280,15 +307,25 @@ class Trainer:
             counters["train/groups_without_signal"] = n_groups - n_signal
         return every, train, counters
 
-    def _state(self) -> dict:
-        return {"model": self.model.state_dict(), "updater": self.updater.state_dict()}
+    def save(self, it: int, best: bool = False) -> None:
+        save_checkpoint(self.run_dir, it, {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
+                                           "sampler": {"iteration": it, "pool_size": len(self.train_pool)},
+                                           "guard": {"watchdog": self.watchdog.state_dict(),
+                                                     "stop_reason": self.stop_reason}}, best=best)
 
-    def _save_best(self, iteration: int, **info) -> None:
-        save_best(self.run_dir, dict(self._state(), iteration=iteration, **info))
+    def _pin_best(self, iteration: int) -> None:
+        """Pin the checkpoint after ``iteration`` as best when it was kept (``log.save_every`` > 1
+        leaves some iterations without one; the best is then the best checkpointed one)."""
+        d = self.run_dir / "checkpoints" / f"iter_{iteration:06d}"
+        if d.is_dir():
+            pin_best(self.run_dir, d.name)
+        else:
+            pinned = best_checkpoint(self.run_dir)
+            self.watchdog.best_iteration = int(pinned.name[len("iter_"):]) if pinned is not None else None
 
     def _roll_back(self, it: int, reason: str) -> dict:
-        """Restore checkpoints/best, lower the lr; returns the event logged with tag ``guard``."""
-        best = load_best(self.run_dir)
+        """Restore the best checkpoint, lower the lr; returns the event logged with tag ``guard``."""
+        best = load_checkpoint(best_checkpoint(self.run_dir))
         self.model.load_state_dict(best["model"])
         self.updater.roll_back(best["updater"], self.cfg.guard.lr_factor)
         self.watchdog.rolled_back()
@@ -320,7 +357,7 @@ class Trainer:
         # The rollout measured the policy after iteration it-1: guard it before updating on it.
         improved, reason = self.watchdog.observe_train(it - 1, m.get("rollout/success", 0.0), m["rollout/entropy_est"])
         if improved:
-            self._save_best(it - 1)
+            self._pin_best(it - 1)
         upd, n_rows = {}, 0
         if reason:
             events.append(self._roll_back(it, reason))
@@ -328,13 +365,12 @@ class Trainer:
         else:
             upd, n_rows = self._update(batch, res, it, times)
         _debug_kill(it, "after_update")
+        best_now = False
         if cfg.guard.val_every and it % cfg.guard.val_every == 0 and not self.stop_reason:
             vm = self.validate()
             m.update(vm)
-            improved, reason = self.watchdog.observe_val(it, vm["val/success"])
-            if improved:
-                self._save_best(it, val_success=vm["val/success"])
-            elif reason:
+            best_now, reason = self.watchdog.observe_val(it, vm["val/success"])
+            if reason:
                 events.append(self._roll_back(it, reason))
         times["time/iteration"] = time.perf_counter() - t_it
         resp_len = batch.response_lengths()
@@ -361,11 +397,8 @@ class Trainer:
         for ev in events:
             self.logger.log(ev, iteration=it, tag="guard")
         _debug_kill(it, "after_log")
-        if it % cfg.log.save_every == 0 or it == cfg.train.iterations or events:
-            save_checkpoint(self.run_dir, it, dict(self._state(),
-                                                   sampler={"iteration": it, "pool_size": len(self.train_pool)},
-                                                   guard={"watchdog": self.watchdog.state_dict(),
-                                                          "stop_reason": self.stop_reason}))
+        if it % cfg.log.save_every == 0 or it == cfg.train.iterations or events or best_now or self.stop_reason:
+            self.save(it, best=best_now)
         return m
 
     def _update(self, batch, res, it: int, times: dict) -> tuple[dict, int]:
@@ -391,6 +424,9 @@ class Trainer:
         ref = batched_logprobs(self.ref_model, prompts, responses, **lp_kw) if self.ref_model is not None else None
         times["time/ref_logprob"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        planted = _debug_lr(it)
+        for g in self.updater.optimizer.param_groups if planted else ():
+            g["lr"] = planted  # the update's scheduler step restores the configured lr after it
         upd = self.updater.update(prompts, responses, adv_rows, old, ref, seed=iteration_seed(cfg.seed, it, 3),
                                   allowed=allowed) if len(prompts) else {}
         times["time/update"] = time.perf_counter() - t0
@@ -438,13 +474,15 @@ class Trainer:
             result["before"] = self.evaluate("eval_before")
             pt["eval_before"] = result["before"]["time/eval"]
             _print_eval_line("before training", result["before"])
-        if cfg.guard.val_every and self.iteration == 0 and self.watchdog.best_iteration is None:
-            vm = self.validate()
-            self.watchdog.observe_val(0, vm["val/success"])
-            self._save_best(0, val_success=vm["val/success"])
-            self.logger.log(vm, iteration=0, tag="val")
-            print(f"validation before training: success {vm['val/success']:.3f} over {len(self.val_pool)} tasks",
-                  flush=True)
+        if self.iteration == 0 and best_checkpoint(self.run_dir) is None:
+            # The starting model is the first candidate for best and the first rollback target.
+            if cfg.guard.val_every:
+                vm = self.validate()
+                self.watchdog.observe_val(0, vm["val/success"])
+                self.logger.log(vm, iteration=0, tag="val")
+                print(f"validation before training: success {vm['val/success']:.3f} over "
+                      f"{len(self.val_pool)} tasks", flush=True)
+            self.save(0, best=True)
         t0 = time.perf_counter()
         while self.iteration < cfg.train.iterations and not self.stop_reason:
             m = self.train_iteration()
@@ -457,7 +495,7 @@ class Trainer:
         if cfg.guard.val_every and best_it is not None and best_it != last_it:
             result["last"] = self.evaluate("eval_last", **{"eval/model_iteration": last_it})
             self.save_model("model_last")
-            self.model.load_state_dict(load_best(self.run_dir)["model"])
+            self.model.load_state_dict(load_checkpoint(best_checkpoint(self.run_dir))["model"])
             models = {"model": best_it, "model_last": last_it}
         result["after"] = self.evaluate("eval_final", **{"eval/model_iteration": models["model"]})
         pt["eval_after"] = result["after"]["time/eval"]
@@ -519,8 +557,11 @@ class Trainer:
         return path
 
     def close(self) -> None:
-        for e in (self.envs, self.eval_envs):
+        for e in (getattr(self, "envs", None), getattr(self, "eval_envs", None)):
             getattr(e, "close", lambda: None)()
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()
 
 
 def _print_eval_line(label: str, m: dict) -> None:

@@ -125,6 +125,15 @@ class PolicyUpdater:
             g["lr"] = g["initial_lr"] * factor
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
+    def set_lr(self, lr: float) -> None:
+        """Make ``lr`` the base learning rate (e.g. a resumed run's new ``train.lr``): the loaded
+        optimizer and scheduler states would otherwise keep the old one."""
+        self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+        factor = self._lr_factor(max(self.scheduler.last_epoch, 0))
+        for g in self.optimizer.param_groups:
+            g["initial_lr"], g["lr"] = lr, lr * factor
+        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
     def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0,
                allowed=None) -> dict:
         """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md).

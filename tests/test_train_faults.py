@@ -1,0 +1,208 @@
+"""Runs that survive faults and bad input: one writer per run dir, checks before the run dir is
+touched, resumes that refuse (or record) run-defining changes and apply the allowed ones."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gigpo.cli import main
+from gigpo.train.config import ConfigError, load_config
+from gigpo.train.rundir import RunDirLock, RunDirLocked, lock_holder, open_run_dir
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+TINY = ["sft.enabled=false", "env.tasks_per_iter=2", "env.group_size=2", "env.eval_tasks=1", "env.max_steps=3",
+        "rollout.max_response_tokens=12", "log.progress=false", "log.tensorboard=false", "log.eval_before=false",
+        "log.trajectories_every=0", "train.lr=1e-3", "train.iterations=1"]
+
+
+def _cfg(parent, name="r", extra=()):
+    return load_config(CONFIGS / "search_tiny.yaml", [*TINY, f"output_dir={parent}", f"name={name}", *extra])
+
+
+def _snapshot(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def one_iteration_run(tmp_path_factory):
+    """A run dir with the checkpoint of iteration 1 (trained in this process, no eval)."""
+    from gigpo.train.trainer import Trainer
+
+    torch.set_num_threads(1)
+    parent = tmp_path_factory.mktemp("runs")
+    tr = Trainer(_cfg(parent, "base"))
+    tr.train_iteration()
+    tr.close()
+    return parent / "base"
+
+
+@pytest.fixture
+def run_copy(one_iteration_run, tmp_path):
+    dst = tmp_path / "r"
+    shutil.copytree(one_iteration_run, dst)
+    return dst
+
+
+# --------------------------------------------------------------------------- the run-dir lock
+
+def test_a_second_writer_is_refused_before_it_touches_the_run_dir(run_copy, capsys):
+    before = _snapshot(run_copy)
+    holder = RunDirLock.acquire(run_copy)  # this process plays the live trainer
+    try:
+        assert lock_holder(run_copy) == os.getpid()
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        base = [sys.executable, "-m", "gigpo.cli", "train"]
+        fresh = subprocess.run([*base, "--config", str(CONFIGS / "search_tiny.yaml"), *TINY,
+                                f"output_dir={run_copy.parent}", "name=r"], env=env, capture_output=True, text=True,
+                               timeout=300)
+        resumed = subprocess.run([*base, "--resume", str(run_copy)], env=env, capture_output=True, text=True,
+                                 timeout=300)
+    finally:
+        holder.release()
+    for r in (fresh, resumed):
+        assert r.returncode == 1, r.stderr[-2000:]
+        assert f"is in use by process {os.getpid()}" in r.stderr, r.stderr[-2000:]
+        assert r.stderr.strip().count("\n") == 0 and "Traceback" not in r.stderr  # one line
+    # Nothing was renamed, written or deleted.
+    assert sorted(p.name for p in run_copy.parent.iterdir()) == ["r"]
+    assert _snapshot(run_copy) == before
+    assert lock_holder(run_copy) is None  # freed with its holder
+
+
+def test_live_trainer_holds_the_lock_until_close(tmp_path):
+    from gigpo.train.trainer import Trainer
+
+    tr = Trainer(_cfg(tmp_path))
+    try:
+        assert lock_holder(tmp_path / "r") == os.getpid()
+        with pytest.raises(RunDirLocked, match=f"in use by process {os.getpid()}"):
+            Trainer(_cfg(tmp_path))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # not set aside while live
+    finally:
+        tr.close()
+    assert lock_holder(tmp_path / "r") is None
+
+
+def test_runs_set_aside_in_the_same_second_get_a_counter(tmp_path, monkeypatch):
+    import gigpo.train.rundir as rundir
+
+    monkeypatch.setattr(rundir.time, "strftime", lambda fmt: "20250101-000000")
+    run = tmp_path / "r"
+    for i in range(3):
+        lock = open_run_dir(run, resume=False)
+        (run / "metrics.jsonl").write_text(f"{i}\n")
+        lock.release()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["r", "r-20250101-000000", "r-20250101-000000-1"]
+    assert (tmp_path / "r-20250101-000000" / "metrics.jsonl").read_text() == "0\n"
+    assert (tmp_path / "r-20250101-000000-1" / "metrics.jsonl").read_text() == "1\n"
+
+
+def test_stale_temporary_checkpoints_are_removed_on_start(run_copy):
+    ck = run_copy / "checkpoints"
+    (ck / ".tmp-iter_000002-12345").mkdir()
+    (ck / ".tmp-iter_000002-12345" / "state.pt").write_bytes(b"half")
+    (ck / ".latest-12345").write_text("iter_000002")
+    open_run_dir(run_copy, resume=True).release()
+    assert sorted(p.name for p in ck.iterdir()) == ["iter_000001", "latest"]
+
+
+# --------------------------------------------------------------------------- checks before the run dir
+
+@pytest.mark.parametrize("extra,match", [
+    (["env.family=webshop", "env.kwargs.num_prodcts=10"], "num_prodcts"),
+    (["env.task_kwargs.nonsense=1"], "nonsense"),
+    (["model.name_or_path=/nonexistent/model"], "does not exist"),
+    (["model.device=gpu0"], "model.device"),
+])
+def test_bad_kwargs_model_or_device_fail_before_the_run_dir_exists(tmp_path, extra, match):
+    from gigpo.train.trainer import Trainer
+
+    with pytest.raises(ConfigError, match=match):
+        Trainer(_cfg(tmp_path, extra=extra))
+    assert not any(tmp_path.iterdir())
+
+
+def test_model_dir_without_tokenizer_is_refused(tmp_path):
+    from gigpo.train.rundir import check_model_path
+
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ConfigError, match="missing a tokenizer file"):
+        check_model_path(str(d))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_is_refused(tmp_path):
+    from gigpo.train.trainer import Trainer
+
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        Trainer(_cfg(tmp_path, extra=["model.device=cuda"]))
+    assert not any(tmp_path.iterdir())
+
+
+def test_cli_reports_a_mistyped_env_kwarg_in_one_line(tmp_path, capsys):
+    rc = main(["train", "--config", str(CONFIGS / "webshop_tiny.yaml"), *TINY, f"output_dir={tmp_path}",
+               "env.kwargs.num_prodcts=10"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.startswith("gigpo: config error: env.kwargs") and "num_prodcts" in err
+    assert "\n" not in err and not any(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- resume
+
+def test_resume_refuses_run_defining_changes_naming_key_and_values(run_copy, capsys):
+    before = _snapshot(run_copy)
+    rc = main(["train", "--resume", str(run_copy), "env.group_size=3"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "env.group_size" in err and "2 -> 3" in err and "--force" in err, err
+    assert _snapshot(run_copy) == before
+
+
+def test_forced_resume_records_the_change_and_keeps_config_yaml(run_copy):
+    from gigpo.train.trainer import Trainer
+
+    original = (run_copy / "config.yaml").read_bytes()
+    cfg = _cfg(run_copy.parent, extra=["algorithm.estimator=grpo"])
+    Trainer(cfg, resume=True, force=True).close()
+    rows = [json.loads(x) for x in (run_copy / "config_changes.jsonl").read_text().splitlines()]
+    assert rows[0]["changes"] == [{"key": "algorithm.estimator", "old": "gigpo", "new": "grpo"}]
+    assert (run_copy / "config.yaml").read_bytes() == original
+    assert load_config(run_copy / "config.resumed.yaml").algorithm.estimator == "grpo"
+
+
+def test_resume_with_a_new_lr_uses_it(run_copy):
+    from gigpo.train.trainer import Trainer
+
+    tr = Trainer(_cfg(run_copy.parent, extra=["train.lr=2.5e-4", "train.iterations=2"]), resume=True)
+    try:
+        assert tr.iteration == 1
+        m = tr.train_iteration()
+    finally:
+        tr.close()
+    assert m["actor/lr"] == pytest.approx(2.5e-4)
+    assert all(g["lr"] == pytest.approx(2.5e-4) and g["initial_lr"] == 2.5e-4
+               for g in tr.updater.optimizer.param_groups)
+    assert (run_copy / "config.yaml").read_bytes() != (run_copy / "config.resumed.yaml").read_bytes()
+
+
+def test_resume_falls_back_past_a_corrupt_newest_checkpoint(run_copy):
+    from gigpo.train.checkpoint import save_checkpoint
+    from gigpo.train.trainer import Trainer
+
+    state = torch.load(run_copy / "checkpoints" / "iter_000001" / "state.pt", weights_only=True)
+    save_checkpoint(run_copy, 2, {k: state[k] for k in ("model", "updater", "sampler")})
+    f = run_copy / "checkpoints" / "iter_000002" / "state.pt"
+    f.write_bytes(f.read_bytes()[:1000])
+    with pytest.warns(UserWarning, match="skipping checkpoint iter_000002"):
+        tr = Trainer(_cfg(run_copy.parent, extra=["train.iterations=2"]), resume=True)
+    tr.close()
+    assert tr.iteration == 1
