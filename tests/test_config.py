@@ -179,3 +179,14 @@ def test_env_timeouts_default_by_executor_and_need_an_interruptible_one():
         load_config(None, ["env.step_timeout=5"])
     with pytest.raises(ConfigError, match=r"env\.reset_timeout: must be >= 0"):
         load_config(None, ["env.executor=thread", "env.reset_timeout=-3"])
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_config_has_room_for_its_validation_tasks_and_takes_the_guards(path):
+    from gigpo.envs import make_tasks
+
+    cfg = load_config(path, ["train.dynamic_sampling=true", "guard.watchdog=true"])
+    if cfg.guard.val_every:
+        e = cfg.env
+        tasks = make_tasks(e.family, "eval", n=e.eval_tasks + cfg.guard.val_tasks, seed=e.task_seed, **e.task_kwargs)
+        assert len({t.task_id for t in tasks}) == e.eval_tasks + cfg.guard.val_tasks
