@@ -106,3 +106,12 @@ def test_sigkill_mid_iteration_then_resume_matches_uninterrupted_run(tmp_path, r
     diffs = [(x["iteration"], k, x[k], y.get(k)) for x, y in zip(a, b) for k in x
              if not _same(x[k], y.get(k))]
     assert not diffs, diffs
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_changes_nothing(reference_run):
+    before = (reference_run / "metrics.jsonl").read_text()
+    again = _train(reference_run.parent, reference_run.name, [], resume=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "already finished at iteration 3" in again.stdout
+    assert (reference_run / "metrics.jsonl").read_text() == before  # no second eval_final

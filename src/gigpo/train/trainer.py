@@ -470,6 +470,10 @@ class Trainer:
         from gigpo.train.logging import print_eval_comparison, print_model_table
 
         cfg, result, pt = self.cfg, {}, self.phase_times
+        if self.iteration >= cfg.train.iterations and (self.run_dir / "summary.json").exists():
+            print(f"the run in {self.run_dir} already finished at iteration {self.iteration}; to train on, "
+                  f"resume with a larger train.iterations", flush=True)
+            return json.loads((self.run_dir / "summary.json").read_text())
         if cfg.log.eval_before and self.iteration == 0:
             result["before"] = self.evaluate("eval_before")
             pt["eval_before"] = result["before"]["time/eval"]
