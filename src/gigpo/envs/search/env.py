@@ -32,8 +32,8 @@ from gigpo.envs.base import Task
 from gigpo.envs.search.em import exact_match
 from gigpo.envs.search.retrievers import Retriever, format_docs
 
-_SEARCH = re.compile(r"<search>(.*?)</search>", re.IGNORECASE | re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_TAGS = {tag: (re.compile(f"<{tag}>", re.IGNORECASE), re.compile(f"</{tag}>", re.IGNORECASE))
+         for tag in ("search", "answer")}
 
 # Search-R1's message (search_r1/llm_agent/generation.py, execute_predictions), verbatim.
 INVALID_ACTION_MESSAGE = (
@@ -45,12 +45,12 @@ INVALID_ACTION_MESSAGE = (
 
 def parse_action(text: str) -> tuple[str, str]:
     """``(kind, content)``: kind is ``"search"``, ``"answer"`` or ``"invalid"``; content stripped."""
-    low = text.lower()
-    # Checking for the closing tag first keeps a 100 KB string of unclosed tags linear-time.
-    if "</search>" in low and (m := _SEARCH.search(text)):
-        return "search", m.group(1).strip()
-    if "</answer>" in low and (m := _ANSWER.search(text)):
-        return "answer", m.group(1).strip()
+    for tag in ("search", "answer"):
+        # Same match as re.search(r"<tag>(.*?)</tag>", re.I | re.S), linear-time: the lazy regex
+        # rescans to the end from every opening tag, seconds on 100 KB of "</search><search>...".
+        opening, closing = _TAGS[tag]
+        if (m := opening.search(text)) and (end := closing.search(text, m.end())):
+            return tag, text[m.end():end.start()].strip()
     return "invalid", ""
 
 
