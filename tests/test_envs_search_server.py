@@ -49,7 +49,8 @@ def _raw(server, request: bytes, timeout: float = 10.0) -> tuple[int, dict]:
                 break
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
         while len(body) < length:
             body += s.recv(65536)
     return int(head.split()[1]), json.loads(body)

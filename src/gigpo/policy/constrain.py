@@ -53,7 +53,8 @@ class ActionVocab:
     def encode(self, text: str) -> tuple[int, ...]:
         ids = self._ids.get(text)
         if ids is None:
-            ids = self._ids[text] = tuple(int(i) for i in self.tokenizer(clean_text(text), add_special_tokens=False)["input_ids"])
+            encoded = self.tokenizer(clean_text(text), add_special_tokens=False)["input_ids"]
+            ids = self._ids[text] = tuple(int(i) for i in encoded)
         return ids
 
     def constraint(self, actions: Sequence[str]) -> "ActionConstraint":

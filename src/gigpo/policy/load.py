@@ -202,8 +202,8 @@ def load_policy(
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
-        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), not "
-                            "a usable vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files")
+        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), not a usable "
+                            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)

@@ -54,7 +54,8 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer with too many digits
         raise BadRequest(f"the body is not valid JSON ({e})") from None
     if not isinstance(req, dict):
-        raise BadRequest(f'the body must be a JSON object like {{"queries": [...], "topk": k}}, got {type(req).__name__}')
+        raise BadRequest('the body must be a JSON object like {"queries": [...], "topk": k}, '
+                         f"got {type(req).__name__}")
     if "queries" in req:
         queries = req["queries"]
     elif "query" in req:
