@@ -114,7 +114,10 @@ def cmd_eval(argv) -> int:
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout
     from gigpo.train.config import build_agent
+    from gigpo.train.rundir import check_device, check_model_path
 
+    check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
+    check_device(cfg.model.device)
     model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
                              cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
     e = cfg.env
@@ -136,11 +139,11 @@ def cmd_sft(argv) -> int:
     args = p.parse_args(argv)
     cfg = _load(args)
     _threads(cfg)
-    from gigpo.train.sft import ensure_sft_model, run_sft
+    from gigpo.train.sft import build_sft_dir, ensure_sft_model
 
     if args.out:
-        stats = run_sft(cfg, Path(args.out), progress=cfg.log.progress)
-        print(f"SFT: {stats}")
+        out, stats = build_sft_dir(cfg, Path(args.out), progress=cfg.log.progress)
+        print(f"SFT: {stats}" if stats is not None else f"SFT: {out} is already a complete model; remove it to rebuild")
         path = args.out
     else:
         path = ensure_sft_model(cfg, progress=cfg.log.progress)
@@ -196,6 +199,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
     from gigpo.train.checkpoint import CheckpointError
     from gigpo.train.config import ConfigError
     from gigpo.train.rundir import RunDirLocked
+    from gigpo.train.sft import SFTError
 
     from gigpo.train.checkpoint import latest_checkpoint
 
@@ -211,7 +215,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         return 2, f"config file is not valid YAML: {' '.join(str(e).split())}"
     if isinstance(e, CheckpointError):
         return 1, f"checkpoint error: {e}"
-    if isinstance(e, RunDirLocked):
+    if isinstance(e, (RunDirLocked, SFTError)):
         return 1, str(e)
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         return 1, f"disk full while writing {e.filename or 'the run'}: free some space{resume}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gigpo.agent.parsing import ParsedAction, parse_action
-from gigpo.agent.prompts import DEFAULT_HISTORY, render_prompt
+from gigpo.agent.prompts import DEFAULT_HISTORY, clean_text, render_prompt
 
 _ELLIPSIS = "..."
 
@@ -81,7 +81,7 @@ class Agent:
         return f"User: {message}\nAssistant:"
 
     def _encode(self, message: str) -> tuple[str, list[int]]:
-        text = self._wrap(message)
+        text = clean_text(self._wrap(message))
         # The chat template already holds BOS/special tokens as text: no extra special tokens.
         return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 

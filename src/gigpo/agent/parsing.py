@@ -26,10 +26,24 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 # Characters of the response tail sent to the env when the action tags are missing (spec s.6).
 FALLBACK_TAIL = {"alfworld": 30, "webshop": 20}
 
-_SEARCH_BLOCK = re.compile(r"<search>(.*?)</search>", re.IGNORECASE | re.DOTALL)
-_ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _SEARCH_TAG = re.compile(r"<search>", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>", re.IGNORECASE)
+_SEARCH_END = re.compile(r"</search>", re.IGNORECASE)
+_ANSWER_END = re.compile(r"</answer>", re.IGNORECASE)
+
+
+def first_block(text: str, open_tag: re.Pattern, close_tag: re.Pattern) -> str | None:
+    """What ``re.search(r"<tag>(.*?)</tag>", text, re.I | re.S)`` finds, in linear time.
+
+    The lazy regex retries from every opening tag up to the end of the text, so 100 KB of
+    unclosed tags took seconds. The leftmost match starts at the first opening tag (if any
+    closing tag follows it, that one is the match; if none does, none follows a later one either).
+    """
+    m = open_tag.search(text)
+    if m is None:
+        return None
+    end = close_tag.search(text, m.end())
+    return None if end is None else text[m.end():end.start()]
 
 
 @dataclass(frozen=True)
@@ -67,15 +81,12 @@ def parse_search_action(text: str) -> ParsedAction:
         trimmed = text.split("</search>", 1)[0] + "</search>"
     elif "</answer>" in text:
         trimmed = text.split("</answer>", 1)[0] + "</answer>"
-    m = _SEARCH_BLOCK.search(trimmed)
-    if m:
-        action, kind = f"<search>{m.group(1).strip()}</search>", "search"
+    if (query := first_block(trimmed, _SEARCH_TAG, _SEARCH_END)) is not None:
+        action, kind = f"<search>{query.strip()}</search>", "search"
+    elif (answer := first_block(trimmed, _ANSWER_TAG, _ANSWER_END)) is not None:
+        action, kind = f"<answer>{answer.strip()}</answer>", "answer"
     else:
-        m = _ANSWER_BLOCK.search(trimmed)
-        if m:
-            action, kind = f"<answer>{m.group(1).strip()}</answer>", "answer"
-        else:
-            return ParsedAction(text, False, "none")
+        return ParsedAction(text, False, "none")
     n_search, n_answer = len(_SEARCH_TAG.findall(text)), len(_ANSWER_TAG.findall(text))
     valid = not (n_search and n_answer) and n_search <= 1 and n_answer <= 1
     return ParsedAction(action, valid, kind)

@@ -11,6 +11,20 @@ from __future__ import annotations
 
 from typing import Sequence
 
+def clean_text(text: str) -> str:
+    """``text`` as a tokenizer can take it: surrogate pairs joined, lone surrogates (``\\ud800``,
+    from a corpus or an env observation decoded with ``surrogateescape``) replaced by U+FFFD.
+
+    Tokenizers (and UTF-8 files) refuse a lone surrogate; one stray character in user data must
+    not stop prompt building.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 # Default history length K per family (verl-agent ``env.history_length``, GIGPO_SPEC s.7).
 DEFAULT_HISTORY = {"alfworld": 2, "webshop": 2, "search": 4}
 
@@ -99,4 +113,4 @@ def render_prompt(
     parts.append(_FORMAT[family])
     if repeat_task:
         parts.append(f"{'Question' if family == 'search' else 'Your task'}, again: {task}")
-    return "\n".join(parts)
+    return clean_text("\n".join(parts))

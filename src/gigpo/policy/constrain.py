@@ -22,6 +22,8 @@ from typing import Sequence
 
 import numpy as np
 
+from gigpo.agent.prompts import clean_text
+
 OPEN_TAG, CLOSE_TAG = "<action>", "</action>"
 
 # One restricted position of a response: (index k of the response token, allowed ids int64 [m]).
@@ -51,7 +53,8 @@ class ActionVocab:
     def encode(self, text: str) -> tuple[int, ...]:
         ids = self._ids.get(text)
         if ids is None:
-            ids = self._ids[text] = tuple(int(i) for i in self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            encoded = self.tokenizer(clean_text(text), add_special_tokens=False)["input_ids"]
+            ids = self._ids[text] = tuple(int(i) for i in encoded)
         return ids
 
     def constraint(self, actions: Sequence[str]) -> "ActionConstraint":

@@ -27,6 +27,33 @@ ALIASES = ("tiny", "smollm2-135m")
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
            "float16": "float16", "fp16": "float16"}
 _LORA_KEYS = {"r", "alpha", "target_modules", "dropout"}
+# tokenizer_config.json alone is not a tokenizer: transformers then builds one of 2 tokens.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+MIN_VOCAB = 32
+
+
+class ModelDirError(FileNotFoundError):
+    """A local model directory without weights or a usable tokenizer (half-written or hand-copied)."""
+
+
+def model_dir_problems(path: str | os.PathLike) -> list[str]:
+    """What a local model dir lacks (empty when it has a config, weights and tokenizer files)."""
+    p = Path(path)
+    if not p.is_dir():
+        return ["the directory itself"]
+    names = {f.name for f in p.iterdir()}
+    checks = (("config.json", bool(names & {"config.json", "adapter_config.json"})),
+              ("weights (*.safetensors or *.bin)", any(n.endswith((".safetensors", ".bin")) for n in names)),
+              ("a tokenizer file (tokenizer.json, tokenizer.model or vocab.json)", bool(names & set(TOKENIZER_FILES))))
+    return [what for what, ok in checks if not ok]
+
+
+def check_model_dir(path: str | os.PathLike, name: str | None = None) -> None:
+    """Raise ``ModelDirError`` naming what ``path`` lacks to be loaded as a model."""
+    missing = model_dir_problems(path)
+    if missing:
+        raise ModelDirError(f"model {name or str(path)!r}: {str(path)!r} is not a complete model directory: missing "
+                            f"{', '.join(missing)} (a killed save or a partial copy?); rebuild or re-copy it")
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -170,9 +197,13 @@ def load_policy(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_path(name_or_path, cache_dir)
+    check_model_dir(path, name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
+        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), not a usable "
+                            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)

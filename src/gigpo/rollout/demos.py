@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from gigpo.agent import Agent, History, format_expert_response
+from gigpo.agent.prompts import clean_text
 from gigpo.agent.relabel import holds_task_object, relabel_step
 from gigpo.envs import make_env
 from gigpo.envs.base import Task
@@ -94,7 +95,7 @@ def collect_expert_demos(
 
 def _demo_row(prompt, text: str, tokenizer, agent: Agent, admissible, with_allowed: bool) -> tuple:
     """(prompt_ids, response_ids[, allowed]) for one expert response ``text``; the response ends with EOS."""
-    resp = list(tokenizer(text, add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
+    resp = list(tokenizer(clean_text(text), add_special_tokens=False)["input_ids"]) + [tokenizer.eos_token_id]
     row = (np.asarray(prompt.ids, dtype=np.int32), np.asarray(resp, dtype=np.int32))
     if with_allowed:
         c = agent.action_constraint(admissible)

@@ -35,7 +35,8 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
             raise ValueError(f"advantages[{k!r}] has shape {arr.shape}; it needs one value per row ({n},)")
         adv[k] = arr
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    # backslashreplace: a lone surrogate in an observation is written as its JSON escape "\\ud800".
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
         for i in range(n):
             t = int(batch.traj_id[i])
             rec = {

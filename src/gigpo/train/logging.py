@@ -7,7 +7,27 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
+
+
+def _lines_up_to(path: Path, last_iteration: int) -> tuple[list[str], int]:
+    """The lines of iterations <= ``last_iteration``, and how many lines were not a JSON record."""
+    keep, torn = [], 0
+    for raw in path.read_bytes().splitlines():
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+            it = json.loads(line).get("iteration", 0)
+            if not isinstance(it, int):
+                raise ValueError(it)
+        except (ValueError, AttributeError):  # torn mid-line or mid-character, or not a record
+            torn += 1
+            continue
+        if it <= last_iteration:
+            keep.append(line)
+    return keep, torn
 
 
 class MetricsLogger:
@@ -22,8 +42,10 @@ class MetricsLogger:
                  wandb_project: str = "", config=None) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_after is not None and self.path.exists():
-            keep = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("iteration", 0) <= resume_after]
+            keep, torn = _lines_up_to(self.path, resume_after)
+            if torn:
+                warnings.warn(f"{self.path}: dropped {torn} unparsable line(s) (a write cut short by a kill); "
+                              "the iterations after the checkpoint are logged again", stacklevel=2)
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
             os.replace(tmp, self.path)

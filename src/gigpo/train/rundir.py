@@ -122,11 +122,6 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
 
 # --------------------------------------------------------------------------- checks before the run dir
 
-_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-            "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin")
-_TOKENIZER = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
-
-
 def check_model_path(name_or_path: str) -> None:
     """A local model dir must exist and hold a config, weights and a tokenizer file; aliases and
     hub ids (``org/name``) pass (they are built or downloaded later)."""
@@ -140,12 +135,9 @@ def check_model_path(name_or_path: str) -> None:
     if not p.is_dir():
         raise ConfigError(f"{key}: model directory {name_or_path!r} does not exist (give a local dir with "
                           "config.json, weights and tokenizer, a hub id like 'org/name', or 'tiny')")
-    names = {f.name for f in p.iterdir()}
-    has_weights = bool(names & set(_WEIGHTS)) or any(n.endswith(".safetensors") for n in names)
-    missing = [what for what, ok in (("config.json", bool(names & {"config.json", "adapter_config.json"})),
-                                     ("weights (*.safetensors or pytorch_model.bin)", has_weights),
-                                     ("a tokenizer file (tokenizer.json, ...)", bool(names & set(_TOKENIZER))))
-               if not ok]
+    from gigpo.policy.load import model_dir_problems
+
+    missing = model_dir_problems(p)
     if missing:
         raise ConfigError(f"{key}: {name_or_path!r} is not a model directory: missing {', '.join(missing)}")
 

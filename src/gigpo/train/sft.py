@@ -22,6 +22,10 @@ from gigpo.policy.base import token_logprobs
 from gigpo.train.loss import token_budget_microbatches
 
 
+class SFTError(RuntimeError):
+    """SFT cannot produce a model (no demonstrations, an unusable output dir); one line for the CLI."""
+
+
 def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: float = 0.0,
              allowed=None) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood over response tokens, plus ``prompt_weight`` x the mean NLL
@@ -165,10 +169,14 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
                                  env_kwargs=cfg.env.kwargs,
                                  with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think,
                                  relabel=cfg.sft.relabel, seed=cfg.seed)
+    if not demos:
+        raise SFTError(f"no expert demonstrations: the {cfg.env.family} expert won none of the {len(tasks)} "
+                       f"sft.episodes task(s) within env.max_steps={cfg.env.max_steps}; raise env.max_steps or "
+                       "sft.episodes, or check env.task_kwargs")
     losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
                        pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
                        prompt_weight=cfg.sft.prompt_loss_weight, warmup_steps=cfg.sft.warmup_steps)
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir)  # callers pass a temporary dir (build_sft_dir): the final name appears complete
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
@@ -177,14 +185,28 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     return stats
 
 
+def build_sft_dir(cfg, out: str | Path, *, progress: bool = True) -> tuple[Path, dict | None]:
+    """``(out, stats)``: run SFT into a temporary sibling and rename it to ``out``, so a killed SFT
+    leaves no ``out`` that a later run would take for a finished model. A complete ``out`` is
+    reused (stats None); an incomplete one is refused, never trained over or loaded."""
+    from gigpo.policy.cache import build_atomic
+    from gigpo.policy.load import model_dir_problems
+
+    out = Path(out)
+    if out.exists():
+        missing = model_dir_problems(out)
+        if missing:
+            raise SFTError(f"{out} exists but is not a complete model directory (missing {', '.join(missing)}); "
+                           "remove it or choose another output path")
+        return out, None
+    stats: dict = {}
+    build_atomic(out, lambda tmp: stats.update(run_sft(cfg, tmp, progress=progress)))
+    return out, stats
+
+
 def ensure_sft_model(cfg, *, progress: bool = True) -> str:
     """Path of the SFT model for ``cfg``: ``sft.output_dir`` or a cache dir keyed by ``sft_key``."""
-    from gigpo.policy.cache import build_atomic, models_dir
+    from gigpo.policy.cache import models_dir
 
-    if cfg.sft.output_dir:
-        out = Path(cfg.sft.output_dir)
-        if not (out / "config.json").exists():
-            run_sft(cfg, out, progress=progress)
-        return str(out)
-    target = models_dir(cfg.model.cache_dir or None) / f"sft-{cfg.env.family}-{sft_key(cfg)}"
-    return str(build_atomic(target, lambda tmp: run_sft(cfg, tmp, progress=progress)))
+    out = cfg.sft.output_dir or models_dir(cfg.model.cache_dir or None) / f"sft-{cfg.env.family}-{sft_key(cfg)}"
+    return str(build_sft_dir(cfg, out, progress=progress)[0])

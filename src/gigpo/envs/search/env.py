@@ -11,12 +11,14 @@ module's business; the env only needs the first block. ``parse_action`` is expor
 Observations and ``info`` (see also ``gigpo.envs.base``):
     reset      -> the question (``info["instruction"]`` too).
     <search>   -> ``<information>Doc 1(Title: "T") text\\nDoc 2(...) ...</information>`` (Search-R1's
-                  ``_passages2string``), or an error string when the retriever failed (server down,
-                  timeout); either way the episode goes on.
+                  ``_passages2string``); an empty query gets a "Search error: ..." observation. When
+                  the retriever fails (server down, HTTP error, timeout) ``step`` raises
+                  ``RetrieverError`` naming the URL and the error: an env fault, which the episode
+                  manager ends as a failed episode, not the policy's failure.
     <answer>   -> ``""``, done; reward = exact match (0/1, ``em.exact_match``) against any golden answer.
     neither    -> Search-R1's "My previous action is invalid. ..." message.
     ``info["anchor"]`` (GIGPO_SPEC section 6): the question at reset; after a step, the raw tool
-    output of that step (the ``<information>`` text or the error string), ``""`` when the step had
+    output of that step (the ``<information>`` text or the empty-query message), ``""`` when the step had
     no ``<search>`` query.
     ``info["tool_calls"]``: searches issued so far (empty queries included); ``info["score"]`` the
     EM at done (0 before); ``info["won"]`` = score == 1; ``info["action_kind"]`` search/answer/invalid.
@@ -30,10 +32,10 @@ import re
 
 from gigpo.envs.base import Task
 from gigpo.envs.search.em import exact_match
-from gigpo.envs.search.retrievers import Retriever, format_docs
+from gigpo.envs.search.retrievers import Retriever, RetrieverError, format_docs
 
-_SEARCH = re.compile(r"<search>(.*?)</search>", re.IGNORECASE | re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_TAGS = {tag: (re.compile(f"<{tag}>", re.IGNORECASE), re.compile(f"</{tag}>", re.IGNORECASE))
+         for tag in ("search", "answer")}
 
 # Search-R1's message (search_r1/llm_agent/generation.py, execute_predictions), verbatim.
 INVALID_ACTION_MESSAGE = (
@@ -45,12 +47,12 @@ INVALID_ACTION_MESSAGE = (
 
 def parse_action(text: str) -> tuple[str, str]:
     """``(kind, content)``: kind is ``"search"``, ``"answer"`` or ``"invalid"``; content stripped."""
-    low = text.lower()
-    # Checking for the closing tag first keeps a 100 KB string of unclosed tags linear-time.
-    if "</search>" in low and (m := _SEARCH.search(text)):
-        return "search", m.group(1).strip()
-    if "</answer>" in low and (m := _ANSWER.search(text)):
-        return "answer", m.group(1).strip()
+    for tag in ("search", "answer"):
+        # Same match as re.search(r"<tag>(.*?)</tag>", re.I | re.S), linear-time: the lazy regex
+        # rescans to the end from every opening tag, seconds on 100 KB of "</search><search>...".
+        opening, closing = _TAGS[tag]
+        if (m := opening.search(text)) and (end := closing.search(text, m.end())):
+            return tag, text[m.end():end.start()].strip()
     return "invalid", ""
 
 
@@ -99,10 +101,14 @@ class SearchEnv:
     def _search(self, query: str) -> str:
         if not query:
             return "Search error: the query is empty. Put the query between <search> and </search>."
+        # A retriever that fails (server down, HTTP error, timeout) raises: the episode ends as an
+        # env fault, left out of the update, instead of an empty result trained on as the policy's failure.
         try:
             hits = self.retriever.search([query], self.topk)[0]
-        except Exception as e:  # server down, timeout, bad response: an observation, never a crash
-            return f"Search error: {e}. The search engine is unavailable; try again or answer."
+        except RetrieverError:
+            raise
+        except Exception as e:
+            raise RetrieverError(f"retriever {type(self.retriever).__name__} failed: {type(e).__name__}: {e}") from e
         return f"<information>{format_docs(hits).strip() or 'No results found.'}</information>"
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:

@@ -11,7 +11,8 @@ best first, each ``{"id": str, "title": str, "contents": str, "score": float}`` 
   (``POST /retrieve`` with ``{"queries": [...], "topk": k, "return_scores": true}`` answered by
   ``{"result": [[{"document": {"id", "contents"}, "score": s}, ...], ...]}``, as in Search-R1's
   ``search_r1/search/retrieval_server.py``), with a timeout and retries. Failure raises
-  ``RetrieverError``; the env turns that into an observation.
+  ``RetrieverError`` naming the URL and the error; the env lets it through, so the episode ends as
+  an env fault.
 """
 
 from __future__ import annotations
@@ -186,6 +187,15 @@ class BM25Retriever:
         return out
 
 
+def _error_body(e: urllib.error.HTTPError) -> str:
+    """The server's ``{"error": ...}`` message of an HTTP error answer, if it sent one."""
+    try:
+        msg = json.loads(e.read(4096)).get("error")
+    except Exception:
+        return ""
+    return f" ({str(msg)[:300]})" if msg else ""
+
+
 class HTTPRetriever:
     """Client for a Search-R1-compatible ``/retrieve`` server.
 
@@ -216,7 +226,7 @@ class HTTPRetriever:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                     return json.loads(resp.read().decode("utf-8"))
             except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code} {e.reason}"
+                last = f"HTTP {e.code} {e.reason}" + _error_body(e)
                 if e.code < 500:
                     break  # a 4xx will not get better by asking again
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
@@ -237,6 +247,14 @@ class HTTPRetriever:
         if not isinstance(result, list) or len(result) != len(queries):
             raise RetrieverError(f"retrieval server {self.url} answered without a 'result' list of "
                                  f"{len(queries)} entries: {str(data)[:200]}")
+        try:
+            return self._hits(result)
+        except (AttributeError, TypeError, ValueError) as e:
+            raise RetrieverError(f"retrieval server {self.url} answered malformed hits ({type(e).__name__}: {e}): "
+                                 f"{str(result)[:200]}") from None
+
+    @staticmethod
+    def _hits(result: list) -> list[list[dict]]:
         out = []
         for row in result:
             hits = []
