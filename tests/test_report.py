@@ -230,7 +230,7 @@ def test_report_of_a_real_short_training_run(tmp_path):
         trainer.close()
     text = write_report(cfg.run_dir).read_text(encoding="utf-8")
     assert 'class="missing"' not in text  # every figure had its data in a real run
-    assert text.count('src="data:image/png;base64,') == 10
+    assert text.count('src="data:image/png;base64,') == 11
     assert re.search(r'id="final-success">\d\.\d{3}<', text)
     data = _viewer_json(text)
     assert [d["iteration"] for d in data["iterations"]] == [1, 2]

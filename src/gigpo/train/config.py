@@ -237,9 +237,9 @@ class SFTConfig:
 
 @dataclass
 class GuardConfig:
-    val_every: int = F(0, "best-model selection: evaluate on guard.val_tasks validation tasks before training and "
-                       "every k iterations (0 = off); the run keeps model/ = the best by validation success, "
-                       "model_last/ = the last")
+    val_every: int = F(0, "best-model selection: evaluate on guard.val_tasks validation tasks before training, "
+                       "every k iterations and after the last (0 = off); the run keeps model/ = the best by "
+                       "validation success (ties keep the earlier), model_last/ = the last")
     val_tasks: int = F(32, "validation tasks: eval-split tasks disjoint from the env.eval_tasks held-out ones")
     watchdog: bool = F(True, "roll back to the best checkpoint and scale the learning rate by guard.lr_factor when "
                        "training collapses (see guard.train_drop, guard.val_drop, guard.entropy_floor)")

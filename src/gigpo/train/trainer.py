@@ -366,7 +366,9 @@ class Trainer:
             upd, n_rows = self._update(batch, res, it, times)
         _debug_kill(it, "after_update")
         best_now = False
-        if cfg.guard.val_every and it % cfg.guard.val_every == 0 and not self.stop_reason:
+        # The last iteration is validated too, so the final model is always a candidate.
+        val_due = cfg.guard.val_every and (it % cfg.guard.val_every == 0 or it == cfg.train.iterations)
+        if val_due and not self.stop_reason:
             vm = self.validate()
             m.update(vm)
             best_now, reason = self.watchdog.observe_val(it, vm["val/success"])
