@@ -17,10 +17,13 @@ corrupt newest checkpoint falls back to the previous one (``keep=2`` retains one
 from __future__ import annotations
 
 import hashlib
+import contextlib
 import os
 import random
 import re
 import shutil
+import signal
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -69,10 +72,34 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _signals_deferred():
+    """Hold SIGINT/SIGTERM until the block ends: a Ctrl-C during a checkpoint write then stops the
+    run right after a complete checkpoint, instead of inside torch's zip writer. (Blocking the
+    signal mask is not enough: the kernel hands the signal to another thread.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])  # now handled as it would have been
+
+
 def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2,
                     best: bool = False) -> Path:
     """Write ``state`` (plus RNG states) as the checkpoint after ``iteration``; returns its dir.
-    ``best``: also pin it as the best checkpoint (``pin_best``)."""
+    ``best``: also pin it as the best checkpoint (``pin_best``). Ctrl-C waits for it to finish."""
+    with _signals_deferred():
+        return _save_checkpoint(run_dir, iteration, state, keep, best)
+
+
+def _save_checkpoint(run_dir, iteration: int, state: dict[str, Any], keep: int, best: bool) -> Path:
     ckdir = Path(run_dir) / "checkpoints"
     ckdir.mkdir(parents=True, exist_ok=True)
     final = ckdir / f"iter_{iteration:06d}"
