@@ -526,8 +526,12 @@ class Trainer:
         """``summary.json``: start and final held-out success, which iteration each saved model is
         from, guard events, the start model's weights hash, wall time per phase."""
         g = lambda k: (result.get(k) or {}).get("eval/success")  # noqa: E731
+        before = g("before")
+        if before is None:  # a resumed run evaluated its start in an earlier process
+            lines = [json.loads(x) for x in (self.run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+            before = next((x.get("eval/success") for x in lines if x.get("tag") == "eval_before"), None)
         out = {"start_model": str(self.model_path), "start_model_sha256": self.start_hash,
-               "success_before": g("before"), "success_final": g("after"), "success_last": g("last"),
+               "success_before": before, "success_final": g("after"), "success_last": g("last"),
                "models": models, "best_val_success": (self.watchdog.best_val if self.cfg.guard.val_every
                                                       and self.watchdog.best_val > float("-inf") else None),
                "rollbacks": self.watchdog.rollbacks, "stop_reason": self.stop_reason,
