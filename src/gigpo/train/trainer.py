@@ -434,30 +434,28 @@ class Trainer:
         times["time/update"] = time.perf_counter() - t0
         return upd, len(prompts)
 
-    def validate(self) -> dict:
-        """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
+    def _eval_rollout(self, pool, seed: int) -> tuple[dict, float]:
+        """One rollout per task of ``pool`` at the eval temperature: (rollout metrics, seconds)."""
         from gigpo.rollout import eval_rollout
 
-        cfg = self.cfg
         t0 = time.perf_counter()
         self.model.eval()
-        _, m = eval_rollout(self.eval_envs, self.val_pool, self.generator, self.tokenizer, self.agent,
-                            self._params(cfg.rollout.eval_temperature, iteration_seed(cfg.seed, 0, 8)))
+        _, m = eval_rollout(self.eval_envs, pool, self.generator, self.tokenizer, self.agent,
+                            self._params(self.cfg.rollout.eval_temperature, seed))
+        return m, time.perf_counter() - t0
+
+    def validate(self) -> dict:
+        """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
+        m, secs = self._eval_rollout(self.val_pool, iteration_seed(self.cfg.seed, 0, 8))
         out = {f"val/{k}": v for k, v in m.items() if k in ("success", "score", "episode_length", "num_trajectories")}
-        out["time/val"] = time.perf_counter() - t0
+        out["time/val"] = secs
         return out
 
     def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
-        from gigpo.rollout import eval_rollout
-
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        self.model.eval()
-        _, m = eval_rollout(self.eval_envs, self.eval_pool, self.generator, self.tokenizer, self.agent,
-                            self._params(cfg.rollout.eval_temperature, iteration_seed(cfg.seed, self.iteration, 9)))
+        m, secs = self._eval_rollout(self.eval_pool, iteration_seed(self.cfg.seed, self.iteration, 9))
         out = {f"eval/{k}": v for k, v in m.items()}
-        out["time/eval"] = time.perf_counter() - t0
+        out["time/eval"] = secs
         out.update(extra)
         self.logger.log(out, iteration=self.iteration, tag=tag)
         return out

@@ -120,18 +120,21 @@ class PolicyUpdater:
         self.optimizer.load_state_dict(state["optimizer"])
         self.lr_scale *= lr_factor
         self.bad_updates = 0
-        factor = self._lr_factor(self.scheduler.last_epoch)
-        for g in self.optimizer.param_groups:
-            g["lr"] = g["initial_lr"] * factor
-        self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self._apply_schedule()
 
     def set_lr(self, lr: float) -> None:
         """Make ``lr`` the base learning rate (e.g. a resumed run's new ``train.lr``): the loaded
         optimizer and scheduler states would otherwise keep the old one."""
         self.scheduler.base_lrs = [lr for _ in self.optimizer.param_groups]
+        for g in self.optimizer.param_groups:
+            g["initial_lr"] = lr
+        self._apply_schedule()
+
+    def _apply_schedule(self) -> None:
+        """Set each group's lr from its base lr and the schedule at its current position."""
         factor = self._lr_factor(max(self.scheduler.last_epoch, 0))
         for g in self.optimizer.param_groups:
-            g["initial_lr"], g["lr"] = lr, lr * factor
+            g["lr"] = g["initial_lr"] * factor
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0,
