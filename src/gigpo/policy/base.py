@@ -46,14 +46,14 @@ class Generator(Protocol):
         ...
 
 
-def pad_rows(prompts: Sequence[np.ndarray], responses: Sequence[np.ndarray], pad_id: int):
-    """Right-pad prompt+response rows into one tensor.
+def pad_rows(prompts: Sequence[np.ndarray], responses: Sequence[np.ndarray], pad_id: int, multiple: int = 1):
+    """Right-pad prompt+response rows into one tensor, ``T`` rounded up to a multiple of ``multiple``.
 
     Returns input_ids [B, T], attention_mask [B, T], resp_start [B] (index of the first response
     token in each row) and resp_len [B].
     """
     lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
-    T = max(lens)
+    T = -(-max(lens) // multiple) * multiple
     B = len(lens)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     mask = torch.zeros((B, T), dtype=torch.long)
@@ -75,21 +75,24 @@ def token_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     allowed: Sequence | None = None,
+    pad_multiple: int = 1,
 ):
     """Log-probs of ``responses`` given ``prompts`` in one right-padded forward pass.
 
     ``allowed``: per row None or the restricted positions ``[(k, allowed ids)]`` recorded by an
     action-constrained sampler (``gigpo.policy.constrain``); those positions use the distribution
-    renormalised over the allowed ids, as sampled.
+    renormalised over the allowed ids, as sampled. ``pad_multiple``: pad the row length (and the
+    kept logits) to a multiple of this, so that micro-batches repeat a few shapes; the result is
+    the same (padding is masked).
 
     Differentiable (call under ``torch.no_grad()`` when no gradient is needed).
     Returns ``(logprobs [B, Lmax], entropy [B, Lmax] or None, mask [B, Lmax])`` where position k
     of row i is response token k; ``mask`` is 1 on real response tokens, 0 on padding.
     """
     device = next(model.parameters()).device
-    ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id)
+    ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id, multiple=pad_multiple)
     ids, attn = ids.to(device), attn.to(device)
-    B = ids.shape[0]
+    B, T = ids.shape
     # Only the logits that predict response tokens are needed (positions start-1 .. start+len-2,
     # all within lo .. hi-1): ask the model for those logits alone
     # (``logits_to_keep``), which skips the LM head on the prompt (~20% of a tiny model's FLOPs,
@@ -97,6 +100,7 @@ def token_logprobs(
     lo = max(int((start - 1).min()), 0) if B else 0
     hi = int((start + rlen - 1).max()) if B else 0
     n_keep = max(hi, lo + 1) - lo
+    n_keep = min(-(-n_keep // pad_multiple) * pad_multiple, T - lo)
     try:
         out = model(input_ids=ids, attention_mask=attn, use_cache=False,
                     logits_to_keep=torch.arange(lo, lo + n_keep, device=device))

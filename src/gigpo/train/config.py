@@ -163,6 +163,9 @@ class TrainConfig:
     ppo_epochs: int = F(1, "passes over each iteration's rows")
     mini_batch_rows: int = F(256, "step rows per optimizer step (spec: ppo_mini_batch_size)")
     micro_token_budget: int = F(8192, "max padded tokens per micro-batch (gradient accumulation)")
+    pad_multiple: int = F(64, "pad micro-batch rows to a multiple of this many tokens: a few repeated shapes "
+                              "let the CPU allocator reuse memory (varied shapes grew a bf16 run by ~0.5 GB "
+                              "per iteration); 1 = no extra padding")
     clip_low: float = F(0.2, "PPO clip epsilon below 1")
     clip_high: float = F(0.2, "PPO clip epsilon above 1 (0.28 = clip-higher)")
     dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages (> 1)")
@@ -191,7 +194,8 @@ class TrainConfig:
         _choice(self.autocast, "train.autocast", ("none", "bf16"))
         _check(self.iterations >= 0, "train.iterations", "must be >= 0")
         _check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
-        for k in ("ppo_epochs", "mini_batch_rows", "micro_token_budget", "max_bad_updates", "torch_threads"):
+        for k in ("ppo_epochs", "mini_batch_rows", "micro_token_budget", "max_bad_updates", "torch_threads",
+                  "pad_multiple"):
             _check(getattr(self, k) >= 1, f"train.{k}", f"must be >= 1, got {getattr(self, k)}")
         _check(0 <= self.clip_low < 1, "train.clip_low", "must be in [0, 1)")
         _check(self.clip_high >= 0, "train.clip_high", "must be >= 0")

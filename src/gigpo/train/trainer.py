@@ -417,7 +417,8 @@ class Trainer:
             adv_rows, old_sampled = np.asarray(res.advantages)[keep], [old_sampled[i] for i in keep]
             allowed = [allowed[i] for i in keep] if allowed is not None else None
         lp_kw = dict(pad_token_id=self.tokenizer.pad_token_id, temperature=cfg.rollout.temperature,
-                     token_budget=cfg.train.micro_token_budget, allowed=allowed, autocast=cfg.train.autocast)
+                     token_budget=cfg.train.micro_token_budget, allowed=allowed, autocast=cfg.train.autocast,
+                     pad_multiple=cfg.train.pad_multiple)
         t0 = time.perf_counter()
         old = (old_sampled if cfg.rollout.reuse_sampling_logprobs
                else batched_logprobs(self.model, prompts, responses, **lp_kw))

@@ -38,6 +38,11 @@ def _pad(seqs, idx, width: int, device) -> torch.Tensor:
     return out.to(device)
 
 
+def padded_lengths(prompts, responses, multiple: int = 1) -> list[int]:
+    """Row lengths as ``token_logprobs(..., pad_multiple=multiple)`` pads them (for the token budget)."""
+    return [-(-(len(p) + len(r)) // multiple) * multiple for p, r in zip(prompts, responses)]
+
+
 def autocast_context(model, mode: str):
     """``torch.autocast`` for ``train.autocast`` (``none`` or ``bf16``) on the model's device.
 
@@ -53,18 +58,19 @@ def autocast_context(model, mode: str):
 
 @torch.no_grad()
 def batched_logprobs(model, prompts, responses, *, pad_token_id: int, temperature: float,
-                     token_budget: int, allowed=None, autocast: str = "none") -> list[np.ndarray]:
+                     token_budget: int, allowed=None, autocast: str = "none",
+                     pad_multiple: int = 1) -> list[np.ndarray]:
     """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
     ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None;
-    ``autocast``: ``train.autocast``."""
+    ``autocast``: ``train.autocast``; ``pad_multiple``: ``train.pad_multiple``."""
     was_training = model.training
     model.eval()
-    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    lengths = padded_lengths(prompts, responses, pad_multiple)
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
     for mb in token_budget_microbatches(lengths, token_budget):
         with autocast_context(model, autocast):
             lp, _, _ = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                      pad_token_id=pad_token_id, temperature=temperature,
+                                      pad_token_id=pad_token_id, temperature=temperature, pad_multiple=pad_multiple,
                                       allowed=[allowed[i] for i in mb] if allowed is not None else None)
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
@@ -162,7 +168,7 @@ class PolicyUpdater:
 
     def _step(self, rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed=None) -> bool:
         cfg, model, dev = self.cfg, self.model, next(self.model.parameters()).device
-        lengths = [len(prompts[i]) + len(responses[i]) for i in rows]
+        lengths = padded_lengths([prompts[i] for i in rows], [responses[i] for i in rows], cfg.pad_multiple)
         mbs = [[rows[j] for j in mb] for mb in token_budget_microbatches(lengths, cfg.micro_token_budget)]
         self.optimizer.zero_grad(set_to_none=True)
         finite = True
@@ -170,7 +176,7 @@ class PolicyUpdater:
             with autocast_context(model, cfg.autocast):
                 lp, ent, mask = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
                                                pad_token_id=self.pad_token_id, temperature=self.temperature,
-                                               with_entropy=cfg.entropy_coef > 0,
+                                               with_entropy=cfg.entropy_coef > 0, pad_multiple=cfg.pad_multiple,
                                                allowed=[allowed[i] for i in mb] if allowed is not None else None)
             width = lp.shape[1]
             old = _pad(old_logp, mb, width, dev)
