@@ -79,7 +79,10 @@ def run_seed(args, seed: int, threads: int | None) -> dict:
         if rc != 0 or not summary.exists():
             return {"seed": seed, "error": f"exit code {rc}; see {out / f's{seed}.log'}"}
     s = json.loads(summary.read_text())
-    return {"seed": seed, "start": s["success_before"], "final": s["success_final"],
+    metrics = out / f"s{seed}" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    rss = [json.loads(line).get("system/rss_gb", 0.0) for line in lines if line.strip()]
+    return {"peak_rss_gb": max(rss, default=0.0), "seed": seed, "start": s["success_before"], "final": s["success_final"],
             "last": s["success_last"] if s["success_last"] is not None else s["success_final"],
             "delivered_iteration": s["models"]["model"], "iterations": s["iterations"],
             "rollbacks": s["rollbacks"], "stopped": s["stop_reason"], "best_val": s["best_val_success"],
@@ -92,15 +95,15 @@ def _pct(v) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| seed | start | final (`model/`) | last (`model_last/`) | change | delivered | rollbacks | "
-             "wall min | SFT sha256 |", "|---|---|---|---|---|---|---|---|---|"]
+             "wall min | peak GiB | SFT sha256 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['seed']} | {r['error']} |||||||")
+            lines.append(f"| {r['seed']} | {r['error']} ||||||||")
             continue
         ch = 100 * (r["final"] - r["start"])
         lines.append(f"| {r['seed']} | {_pct(r['start'])} | {_pct(r['final'])} | {_pct(r['last'])} | {ch:+.1f} | "
                      f"iteration {r['delivered_iteration']} of {r['iterations']} | {r['rollbacks']} | "
-                     f"{r['minutes']:.0f} | `{r['sft_sha256']}` |")
+                     f"{r['minutes']:.0f} | {r.get('peak_rss_gb', 0.0):.1f} | `{r['sft_sha256']}` |")
     ok = [r for r in rows if "error" not in r]
     if ok:
         import numpy as np

@@ -44,6 +44,7 @@ def test_few_iterations_change_parameters_and_log_documented_metrics(name, tmp_p
     lines = _lines(cfg.run_dir)
     train = [x for x in lines if x["tag"] == "train"]
     assert [x["iteration"] for x in train] == [1, 2]
+    assert all(0.05 < x["system/rss_gb"] < 64 for x in train)  # a real reading of this process
     for key in DOCUMENTED:
         assert key in train[0], key
     assert any(x["tag"] == "eval_final" and "eval/success" in x for x in lines)

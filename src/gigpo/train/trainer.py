@@ -387,6 +387,7 @@ class Trainer:
         m.update({"tokens/response": int(resp_len.sum()), "tokens/prompt": int(sum(len(p) for p in batch.prompt_ids)),
                   "tokens/response_mean": float(resp_len.mean()) if len(resp_len) else 0.0})
         m.update(times)
+        m["system/rss_gb"] = rss_gb()
         self.iteration = it
         if cfg.log.trajectories_every and it % cfg.log.trajectories_every == 0:
             write_trajectories_jsonl(batch, self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
@@ -584,6 +585,19 @@ def _entropy_estimate(batch) -> float:
     entropy at the rollout temperature, free from the sampler's log-probs."""
     lps = [np.asarray(x, dtype=np.float64) for x in batch.logprobs if len(x)]
     return float(-np.concatenate(lps).mean()) if lps else 0.0
+
+
+def rss_gb() -> float:
+    """This process's resident memory (GiB): current on Linux, the peak elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError, IndexError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+        return peak / (2**30 if sys.platform == "darwin" else 2**20)
 
 
 def write_json(path: Path, obj) -> None:
