@@ -42,7 +42,7 @@ VARIANTS = {
     "gigpo_std_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm"],
     "gigpo_mean_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_norm"],
     "grpo": ["algorithm.estimator=grpo", "algorithm.mode=mean_std_norm"],
-    "rloo": ["algorithm.estimator=rloo", "algorithm.mode=mean_std_norm"],
+    "rloo": ["algorithm.estimator=rloo", "algorithm.mode=null"],  # RLOO has no normalisation option
     "gigpo_no_step": ["algorithm.estimator=gigpo_no_step", "algorithm.mode=mean_std_norm"],
     "gigpo_no_episode": ["algorithm.estimator=gigpo_no_episode", "algorithm.mode=mean_std_norm"],
 }

@@ -153,7 +153,7 @@ def test_grpo_and_rloo_equal_plain_loops(rows, normalize_std):
     trajs = [r[1] for r in rows]
     uids = [r[1] % 3 for r in rows]  # a trajectory belongs to exactly one episode group
     scores = [r[2] for r in rows]
-    np.testing.assert_allclose(grpo(scores, uids, trajs, normalize_std=normalize_std, cross_steps=False).advantages,
+    np.testing.assert_allclose(grpo(scores, uids, trajs, mode="mean_std_norm" if normalize_std else "mean_norm", cross_steps=False).advantages,
                                loop_grpo(scores, uids, trajs, normalize_std), rtol=1e-4, atol=1e-3)
     res = rloo(scores, uids, trajs)
     np.testing.assert_allclose(res.advantages, loop_rloo(scores, uids, trajs), rtol=1e-4, atol=1e-4)
@@ -162,7 +162,7 @@ def test_grpo_and_rloo_equal_plain_loops(rows, normalize_std):
 
 def test_grpo_per_trajectory_mode_uses_one_score_per_trajectory_not_per_row():
     # Trajectory A has 3 rows, B one: per-trajectory mean is 0.5, so the rows get ±0.5.
-    res = grpo([1, 1, 1, 0], [0, 0, 0, 0], ["A", "A", "A", "B"], normalize_std=False, cross_steps=False)
+    res = grpo([1, 1, 1, 0], [0, 0, 0, 0], ["A", "A", "A", "B"], mode="mean_norm", cross_steps=False)
     np.testing.assert_allclose(res.advantages, [0.5, 0.5, 0.5, -0.5])
 
 

@@ -26,7 +26,7 @@ def test_ablations_are_the_two_parts_of_gigpo():
     np.testing.assert_array_equal(no_ep.advantages, full.step_advantages)
     np.testing.assert_allclose(no_step.advantages + no_ep.advantages, full.advantages, atol=1e-6)
     # ...and without its step part GiGPO is GRPO exactly (benchmarks/learning.py reuses GRPO's runs)
-    np.testing.assert_array_equal(no_step.advantages, compute_advantages("grpo", normalize_std=True,
+    np.testing.assert_array_equal(no_step.advantages, compute_advantages("grpo", mode="mean_std_norm",
                                                                          **BATCH).advantages)
 
 
@@ -35,7 +35,7 @@ def test_entry_point_passes_options_through():
                    step_weight=0.5, similarity_threshold=0.4)
     via = compute_advantages("gigpo", step_weight=0.5, similarity_threshold=0.4, **BATCH)
     np.testing.assert_array_equal(direct.advantages, via.advantages)
-    assert compute_advantages("grpo", normalize_std=False, **BATCH).advantages.tolist() != \
+    assert compute_advantages("grpo", mode="mean_norm", **BATCH).advantages.tolist() != \
         compute_advantages("grpo", **BATCH).advantages.tolist()
     assert set(estimator_options("rloo")) == set()
 

@@ -33,7 +33,7 @@ def test_required_configs_exist():
 def test_paper_configs_carry_paper_values():
     s = load_config(CONFIGS[0].parent / "search_qwen2.5_7b.yaml")
     assert (s.env.group_size, s.env.history_length, s.env.max_steps) == (5, 4, 4)
-    assert s.algorithm.enable_similarity and s.algorithm.similarity_thresh == 0.9
+    assert s.algorithm.similarity_threshold == 0.9
     assert (s.train.kl_coef, s.algorithm.invalid_action_penalty, s.train.entropy_coef) == (0.001, 0.01, 0.0)
     w = load_config(CONFIGS[0].parent / "webshop_qwen2.5_1.5b.yaml")
     assert w.algorithm.mode == "mean_norm" and w.train.mini_batch_rows == 64 and w.env.max_steps == 15
@@ -190,3 +190,58 @@ def test_every_config_has_room_for_its_validation_tasks_and_takes_the_guards(pat
         e = cfg.env
         tasks = make_tasks(e.family, "eval", n=e.eval_tasks + cfg.guard.val_tasks, seed=e.task_seed, **e.task_kwargs)
         assert len({t.task_id for t in tasks}) == e.eval_tasks + cfg.guard.val_tasks
+
+
+def test_estimator_options_take_the_estimators_names_and_defaults():
+    from gigpo.advantages import ESTIMATORS, compute_advantages, estimator_options, register
+
+    cfg = load_config(None, ["algorithm.estimator=gigpo", "algorithm.step_weight=0.5",
+                             "algorithm.similarity_threshold=0.9"])
+    assert cfg.algorithm.estimator_options() == {"step_weight": 0.5, "similarity_threshold": 0.9}
+    # unset = the estimator's own default: the CLI and compute_advantages agree
+    assert load_config(None, []).algorithm.estimator_options() == {}
+    assert estimator_options("gigpo")["mode"] == "mean_norm" and estimator_options("grpo")["mode"] == "mean_std_norm"
+    # an option the chosen estimator does not take is an error naming it, never silently dropped
+    with pytest.raises(ConfigError, match=r"algorithm.mode.*'rloo' has no option 'mode'.*algorithm.mode=null"):
+        load_config(None, ["algorithm.estimator=rloo", "algorithm.mode=mean_std_norm"])
+    with pytest.raises(ConfigError, match="algorithm.step_weight"):
+        load_config(None, ["algorithm.estimator=grpo", "algorithm.step_weight=2"])
+    assert load_config(None, ["algorithm.estimator=rloo", "algorithm.mode=null"]).algorithm.mode is None
+    # estimator names come from the registry: one registered in Python is valid in the config
+    @register("test_scaled_grpo")
+    def _scaled(*, scores, step_returns, episode_ids, traj_ids, anchors, epsilon=1e-6):
+        return compute_advantages("grpo", scores=scores, episode_ids=episode_ids, epsilon=epsilon)
+
+    try:
+        cfg = load_config(None, ["algorithm.estimator=test_scaled_grpo", "algorithm.epsilon=0.001"])
+        assert cfg.algorithm.estimator_options() == {"epsilon": 0.001}
+        with pytest.raises(ConfigError, match="'test_scaled_grpo' has no option 'mode'"):
+            load_config(None, ["algorithm.estimator=test_scaled_grpo", "algorithm.mode=mean_norm"])
+    finally:
+        ESTIMATORS.pop("test_scaled_grpo")
+    with pytest.raises(ConfigError, match="Did you mean 'grpo'"):
+        load_config(None, ["algorithm.estimator=grp"])
+
+
+def test_configs_with_the_old_option_names_still_load(tmp_path):
+    """Run dirs written with step_advantage_w / enable_similarity + similarity_thresh resume."""
+    p = tmp_path / "old.yaml"
+    p.write_text("algorithm: {estimator: gigpo, mode: mean_std_norm, step_advantage_w: 0.5, enable_similarity: true,"
+                 " similarity_thresh: 0.8, epsilon: 1.0e-6}\n")
+    a = load_config(p).algorithm
+    assert (a.step_weight, a.similarity_threshold, a.mode) == (0.5, 0.8, "mean_std_norm")
+    p.write_text("algorithm: {estimator: rloo, mode: mean_std_norm, step_advantage_w: 1.0, enable_similarity: false,"
+                 " similarity_thresh: 0.95, epsilon: 1.0e-6}\n")
+    a = load_config(p).algorithm  # old configs listed every option: those rloo does not take are dropped
+    assert a.estimator_options() == {}
+
+
+def test_names_are_read_from_the_implementing_code():
+    from gigpo.envs.executors import EXECUTORS
+    from gigpo.train.loss import AGG_MODES, KL_TYPES
+
+    for key, names in (("train.loss_agg_mode", AGG_MODES), ("train.kl_type", KL_TYPES), ("env.executor", EXECUTORS)):
+        for n in names:
+            load_config(None, [f"{key}={n}"] + (["env.step_timeout=0", "env.reset_timeout=0"] if n == "inline" else []))
+        with pytest.raises(ConfigError, match=key):
+            load_config(None, [f"{key}=nope"])

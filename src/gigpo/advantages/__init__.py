@@ -13,6 +13,7 @@ are public so other trainers (verl, TRL) can use them directly:
 - ``step_group_stats``: group-size diagnostics for logging.
 """
 
+from ._checks import NORM_MODES
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .grouping import exact_step_groups, hashable_anchor, similarity_step_groups
 from .registry import ESTIMATORS, compute_advantages, estimator_options, register
@@ -20,7 +21,7 @@ from .returns import apply_invalid_action_penalty, discounted_returns, episode_s
 from .stats import step_group_stats
 
 __all__ = [
-    "AdvantageResult", "ESTIMATORS", "apply_invalid_action_penalty", "compute_advantages",
+    "AdvantageResult", "ESTIMATORS", "NORM_MODES", "apply_invalid_action_penalty", "compute_advantages",
     "discounted_returns", "episode_scores", "estimator_options", "exact_step_groups", "gigpo", "grpo",
     "hashable_anchor", "register", "rloo", "similarity_step_groups", "step_group_stats",
 ]

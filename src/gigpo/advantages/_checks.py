@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 
+NORM_MODES = ("mean_norm", "mean_std_norm")
+
 def as_float(values, name: str, n: int | None = None) -> np.ndarray:
     """``values`` as a finite 1-D float64 array of length ``n`` (when given), else ValueError."""
     try:
@@ -65,7 +67,7 @@ def as_codes(ids, name: str, n: int, dense: bool = True) -> np.ndarray:
 
 
 def check_mode(mode: str) -> None:
-    if mode not in ("mean_norm", "mean_std_norm"):
+    if mode not in NORM_MODES:
         raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm' (GIGPO_SPEC 4), got {mode!r}")
 
 

@@ -130,13 +130,14 @@ def _trajectory_scores(s: np.ndarray, ep: np.ndarray, traj_ids, n: int):
     return tr, first
 
 
-def grpo(scores, episode_ids, traj_ids=None, *, normalize_std: bool = True, epsilon: float = 1e-6,
+def grpo(scores, episode_ids, traj_ids=None, *, mode: str = "mean_std_norm", epsilon: float = 1e-6,
          cross_steps: bool = True) -> AdvantageResult:
     """GRPO: each row's score normalised by its episode group's statistics.
 
     scores float [N] (episode score per row, after any penalty), episode_ids any [N],
     traj_ids any [N] or None (None: every row is its own trajectory; used only when
     ``cross_steps=False``).
+    ``mode``: ``mean_std_norm`` (default, GRPO's std division) or ``mean_norm`` (x - mean).
     ``cross_steps=True`` (default, as the reference's ``compute_mean_std_cross_steps=True``):
     the statistics run over every row of the episode group, exactly GiGPO's episode part
     (GIGPO_SPEC 4.1), so a group with one row uses mean 0, std 1.
@@ -151,14 +152,15 @@ def grpo(scores, episode_ids, traj_ids=None, *, normalize_std: bool = True, epsi
     s = as_float(scores, "scores")
     ep = as_codes(episode_ids, "episode_ids", n)
     check_epsilon(epsilon)
+    check_mode(mode)
     if cross_steps:  # the same statistics as GiGPO's episode part
-        return _no_steps(episode_advantage(s, ep, "mean_std_norm" if normalize_std else "mean_norm", epsilon), n)
+        return _no_steps(episode_advantage(s, ep, mode, epsilon), n)
     tr, first = _trajectory_scores(s, ep, np.arange(n) if traj_ids is None else traj_ids, n)
     count, mean, std = group_stats(s[first], ep[first])  # per trajectory [T]
     single = count == 1
     mean = np.where(single, 0.0, mean)[tr]
     std = np.where(single, 1.0, std)[tr]
-    adv = (s - mean) / (std + epsilon) if normalize_std else s - mean
+    adv = (s - mean) / (std + epsilon) if mode == "mean_std_norm" else s - mean
     return _no_steps(adv, n)
 
 

@@ -103,8 +103,8 @@ def _gigpo_no_episode(*, scores, step_returns, episode_ids, traj_ids, anchors, m
 
 
 @register("grpo")
-def _grpo(*, scores, step_returns, episode_ids, traj_ids, anchors, normalize_std=True, epsilon=1e-6):
-    return grpo(scores, episode_ids, traj_ids, normalize_std=normalize_std, epsilon=epsilon)
+def _grpo(*, scores, step_returns, episode_ids, traj_ids, anchors, mode="mean_std_norm", epsilon=1e-6):
+    return grpo(scores, episode_ids, traj_ids, mode=mode, epsilon=epsilon)
 
 
 @register("rloo")

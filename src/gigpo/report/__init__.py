@@ -25,7 +25,7 @@ SUMMARY_KEYS = (
     ("estimator", "algorithm.estimator"), ("model", "model.name_or_path"), ("env", "env.family"),
     ("group size (n)", "env.group_size"), ("tasks per iteration", "env.tasks_per_iter"),
     ("max steps", "env.max_steps"), ("iterations", "train.iterations"), ("learning rate", "train.lr"),
-    ("gamma", "algorithm.gamma"), ("step advantage weight", "algorithm.step_advantage_w"),
+    ("gamma", "algorithm.gamma"), ("step advantage weight", "algorithm.step_weight"),
     ("KL coef", "train.kl_coef"), ("seed", "seed"),
 )
 

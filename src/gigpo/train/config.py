@@ -45,9 +45,10 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}: {value!r} is not one of {list(choices)}.{hint}")
 
 
-ESTIMATORS = ("gigpo", "grpo", "rloo", "gigpo_no_step", "gigpo_no_episode")
-KL_TYPES = ("low_var_kl", "kl", "abs", "mse")
-AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+# Names are read from the code that implements them, never copied here.
+from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options  # noqa: E402
+from gigpo.envs.executors import EXECUTORS  # noqa: E402
+from gigpo.train.loss import AGG_MODES, KL_TYPES  # noqa: E402
 
 
 @dataclass
@@ -84,7 +85,7 @@ class EnvConfig:
 
     def __post_init__(self):
         _choice(self.family, "env.family", ("alfworld", "webshop", "search"))
-        _choice(self.executor, "env.executor", ("inline", "thread", "process"))
+        _choice(self.executor, "env.executor", EXECUTORS)
         for k in ("step_timeout", "reset_timeout"):
             v = getattr(self, k)
             _check(v == -1 or v >= 0, f"env.{k}", f"must be >= 0 seconds (0 = no limit) or -1 (default), got {v}")
@@ -105,22 +106,66 @@ class EnvConfig:
 
 @dataclass
 class AlgorithmConfig:
-    estimator: str = F("gigpo", "advantage estimator: gigpo, grpo, rloo, gigpo_no_step, gigpo_no_episode")
+    estimator: str = F("gigpo", "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
+                                "grpo, rloo, gigpo_no_step, gigpo_no_episode, or your own (register)")
     gamma: float = F(0.95, "discount for per-step returns (paper Eq. 5)")
-    mode: str = F("mean_std_norm", "GiGPO normalisation: mean_std_norm or mean_norm")
-    step_advantage_w: float = F(1.0, "weight of the step-level advantage (paper Eq. 8, omega)")
-    epsilon: float = F(1e-6, "std floor in advantage normalisation")
-    enable_similarity: bool = F(False, "group anchor states by text similarity instead of equality")
-    similarity_thresh: float = F(0.95, "difflib ratio threshold for similarity grouping")
     invalid_action_penalty: float = F(0.1, "subtracted from the return of steps with invalid actions")
+    # Estimator options: the names of the estimator's own keyword options; unset (null) = the
+    # estimator's default, so the CLI and compute_advantages agree. Setting one that the chosen
+    # estimator does not take is an error.
+    mode: str | None = F(None, "normalisation: mean_std_norm ((x - mean) / (std + epsilon)) or mean_norm "
+                               "(x - mean); unset = the estimator's default (gigpo: mean_norm, grpo: "
+                               "mean_std_norm); not an option of rloo")
+    step_weight: float | None = F(None, "weight of the step-level advantage (paper Eq. 8, omega); unset = 1.0; "
+                                        "gigpo and gigpo_no_episode")
+    similarity_threshold: float | None = F(None, "group anchor states whose texts have a difflib ratio >= this "
+                                                 "(in (0, 1]); unset = exact equality; gigpo variants")
+    epsilon: float | None = F(None, "std floor in advantage normalisation; unset = 1e-6")
+
+    OPTIONS: typing.ClassVar[tuple[str, ...]] = ("mode", "step_weight", "similarity_threshold", "epsilon")
 
     def __post_init__(self):
-        _choice(self.estimator, "algorithm.estimator", ESTIMATORS)
-        _choice(self.mode, "algorithm.mode", ("mean_std_norm", "mean_norm"))
+        _choice(self.estimator, "algorithm.estimator", tuple(ESTIMATORS))
         _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", f"must be in [0, 1] (>1 diverges), got {self.gamma}")
-        _check(0.0 < self.similarity_thresh <= 1.0, "algorithm.similarity_thresh", "must be in (0, 1]")
-        _check(self.epsilon > 0, "algorithm.epsilon", "must be > 0")
         _check(self.invalid_action_penalty >= 0, "algorithm.invalid_action_penalty", "must be >= 0")
+        if self.mode is not None:
+            _choice(self.mode, "algorithm.mode", NORM_MODES)
+        if self.similarity_threshold is not None:
+            _check(0.0 < self.similarity_threshold <= 1.0, "algorithm.similarity_threshold", "must be in (0, 1]")
+        if self.epsilon is not None:
+            _check(self.epsilon > 0, "algorithm.epsilon", "must be > 0")
+        accepted = estimator_options(self.estimator)
+        for k in self.OPTIONS:
+            v = getattr(self, k)
+            _check(v is None or k in accepted, f"algorithm.{k}",
+                   f"{v!r} is set but estimator {self.estimator!r} has no option {k!r} (its options: "
+                   f"{sorted(o for o in accepted if o in self.OPTIONS) or 'none'}); remove it or set "
+                   f"algorithm.{k}=null")
+
+    def estimator_options(self) -> dict:
+        """The options to pass to ``compute_advantages``: those set, by the estimator's names."""
+        return {k: getattr(self, k) for k in self.OPTIONS if getattr(self, k) is not None}
+
+    # Keys of configs written before the options took the estimator's names (read as the new ones).
+    @staticmethod
+    def upgrade(data: dict) -> dict:
+        if not isinstance(data, dict) or not {"step_advantage_w", "enable_similarity", "similarity_thresh"} & set(data):
+            return data
+        data = dict(data)
+        if "step_advantage_w" in data:
+            data.setdefault("step_weight", data.pop("step_advantage_w"))
+        thresh = data.pop("similarity_thresh", 0.95)
+        if data.pop("enable_similarity", False):
+            data.setdefault("similarity_threshold", thresh)
+        # Old configs listed every option whatever the estimator; keep those it takes.
+        try:
+            accepted = estimator_options(data.get("estimator", "gigpo"))
+        except ValueError:
+            return data  # an unknown estimator is reported by validation
+        for k in AlgorithmConfig.OPTIONS:
+            if k in data and k not in accepted:
+                data.pop(k)
+        return data
 
 
 @dataclass
@@ -327,8 +372,22 @@ def _is_section(tp) -> bool:
     return dataclasses.is_dataclass(tp)
 
 
+def type_name(tp) -> str:
+    """``float``, or ``float or null`` for an optional field."""
+    args = typing.get_args(tp)
+    if type(None) in args:
+        return " or ".join(a.__name__ for a in args if a is not type(None)) + " or null"
+    return tp.__name__
+
+
 def _coerce(value: Any, tp, key: str):
-    """Check ``value`` against the field type ``tp``; ints are accepted for floats."""
+    """Check ``value`` against the field type ``tp``; ints are accepted for floats; ``X | None``
+    fields take null."""
+    args = typing.get_args(tp)
+    if type(None) in args:
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
+            return None
+        tp = next(a for a in args if a is not type(None))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
@@ -358,6 +417,8 @@ def from_dict(cls, data: dict, prefix: str = ""):
             hint = f" Did you mean {prefix}{close[0]!r}?" if close else f" Valid keys: {names}"
             raise ConfigError(f"unknown config key {key!r}.{hint}")
         tp = hints[k]
+        if tp is AlgorithmConfig:
+            v = AlgorithmConfig.upgrade(v)
         kwargs[k] = from_dict(tp, v or {}, key + ".") if _is_section(tp) else _coerce(v, tp, key)
     return cls(**kwargs)
 
@@ -421,5 +482,5 @@ def help_text() -> str:
     """Every config key with type, default and description (the ``--help`` epilogue)."""
     lines = []
     for key, tp, default, desc in all_keys():
-        lines.append(f"  {key} ({tp.__name__}, default {default!r}): {desc}")
+        lines.append(f"  {key} ({type_name(tp)}, default {default!r}): {desc}")
     return "\n".join(lines)

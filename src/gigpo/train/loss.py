@@ -20,6 +20,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+KL_TYPES = ("low_var_kl", "kl", "abs", "mse")
+
+
 def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
     """Reduce a per-token loss ``[B, L]`` to a scalar.
 
@@ -34,7 +38,7 @@ def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
         return row_sum.mean()
     if mode == "seq-mean-token-mean":
         return (row_sum / mask.sum(-1).clamp_min(1.0)).mean()
-    raise ValueError(f"unknown loss_agg_mode {mode!r}; use token-mean, seq-mean-token-sum or seq-mean-token-mean")
+    raise ValueError(f"unknown loss_agg_mode {mode!r}; use one of {list(AGG_MODES)}")
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kl_type: str) -> torch.Tensor:
@@ -52,7 +56,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kl_type: str) -> torc
     if kl_type == "low_var_kl":
         kl = (ref_logp - logp).clamp(-20.0, 20.0)
         return (kl.exp() - kl - 1.0).clamp(-10.0, 10.0)
-    raise ValueError(f"unknown kl_type {kl_type!r}; use low_var_kl, kl, abs or mse")
+    raise ValueError(f"unknown kl_type {kl_type!r}; use one of {list(KL_TYPES)}")
 
 
 @dataclass

@@ -227,21 +227,16 @@ class Trainer:
 
     def advantages(self, batch):
         """Returns, penalty and estimator for ``batch``; returns (AdvantageResult, step_returns, scores)."""
-        from gigpo.advantages import (apply_invalid_action_penalty, compute_advantages,
-                                      discounted_returns, episode_scores, estimator_options)
+        from gigpo.advantages import (apply_invalid_action_penalty, compute_advantages, discounted_returns,
+                                      episode_scores)
 
         a = self.cfg.algorithm
         returns = discounted_returns(batch.reward, batch.traj_id, a.gamma)
         scores = episode_scores(batch.reward, batch.traj_id)
         scores, step_returns = apply_invalid_action_penalty(scores, returns, batch.valid, a.invalid_action_penalty)
-        wanted = {"mode": a.mode, "step_weight": a.step_advantage_w, "epsilon": a.epsilon,
-                  "similarity_threshold": a.similarity_thresh if a.enable_similarity else None,
-                  "normalize_std": a.mode == "mean_std_norm"}
-        allowed = estimator_options(a.estimator)
-        opts = {k: v for k, v in wanted.items() if k in allowed}
         res = compute_advantages(a.estimator, scores=scores, step_returns=step_returns,
                                  episode_ids=batch.episode_id, traj_ids=batch.traj_id,
-                                 anchors=batch.anchor, **opts)
+                                 anchors=batch.anchor, **a.estimator_options())
         return res, step_returns, scores
 
     def _rollout_round(self, it: int, round_: int, k: int):
