@@ -77,7 +77,7 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, dim: int | tuple
             raise RuntimeError(f"no new solvable {task_type} room for {split} task {i} after {_MAX_ATTEMPTS} "
                                f"attempts; the split may be exhausted: ask for fewer tasks or a larger dim")
         seen.add(grid)
-        tasks.append(Task("sokoban", f"{task_type}:{seed}:{i}", split, task_type,
+        tasks.append(Task("sokoban", f"{split}:{task_type}:{seed}:{i}", split, task_type,
                           {"room": grid.split("\n"), "optimal_steps": len(plan), "seed": seed,
                            "dim": [h, w], "num_boxes": num_boxes}))
     return tasks
