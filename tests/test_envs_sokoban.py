@@ -20,7 +20,7 @@ def _task(*rows: str, task_id: str = "hand") -> Task:
 
 @pytest.fixture()
 def env() -> SokobanEnv:
-    return make_env("sokoban")
+    return make_env("sokoban", grid_style="compact")  # hand-made rooms read best one char a cell
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,18 @@ def _bfs_reach(level, start: int, blocked=frozenset()) -> set[int]:
 def test_registered():
     assert FAMILIES["sokoban"] == "gigpo.envs.sokoban"
     assert make_env("sokoban").family == "sokoban"
+
+
+def test_default_grid_is_verl_agents_text(tasks_1box):
+    env = make_env("sokoban")
+    rows = tasks_1box["train"][0].data["room"]
+    obs, info = env.reset(tasks_1box["train"][0])
+    assert obs == "\n".join("".join(f" {ch} \t" for ch in row) for row in rows) == info["anchor"]
+    assert obs.split("\n")[0] == " # \t" * 6
+    obs, _, _, info = env.step("nonsense")
+    assert obs.endswith(info["anchor"]) and info["invalid_action"]
+    with pytest.raises(ValueError, match="grid_style"):
+        make_env("sokoban", grid_style="fancy")
 
 
 def test_walk_and_push_moves_the_box(env):
@@ -200,7 +212,7 @@ def test_solver_shortest_plan():
                          "#######"])
     plan = solve(level)
     assert len(plan) == 4 and plan[-3:] == ["right", "right", "right"]  # down, then three pushes
-    env = SokobanEnv()
+    env = SokobanEnv(grid_style="compact")
     env.reset(_task(*level.rows()))
     assert [env.step(a)[2] for a in plan] == [False, False, False, True]
     assert solve(parse_level(["#####", "#P√_#", "#####"])) == []
@@ -316,7 +328,7 @@ def test_reset_same_task_identical(env, tasks_2box):
         env.step(a)
     obs2, info2 = env.reset(task)
     assert obs2 == obs and info2 == info
-    assert SokobanEnv().reset(task) == (obs, info)
+    assert SokobanEnv(grid_style="compact").reset(task) == (obs, info)
 
 
 def test_generator_deterministic_in_rng():

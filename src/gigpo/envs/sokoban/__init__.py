@@ -5,9 +5,12 @@
 
 Text and rules follow verl-agent's Sokoban (``agent_system/environments/env_package/sokoban``,
 itself RAGEN's), built on gym-sokoban's rules and room generator:
-    Observation: the grid as text rows, one character per cell, rows ``\\n``-joined:
+    Observation: the grid as text rows, rows ``\\n``-joined, each cell written ``" # \\t"`` as in
+        verl-agent's text render (``make_env(grid_style="compact")``: one character a cell, the
+        format of ``Task.data["room"]`` and ``parse_level``). Legend (verl-agent's):
         ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player,
-        ``S`` player on target.
+        ``S`` player on target. verl-agent's prompt template (the legend, the goal, the rules) is
+        the prompt side's business; ``INSTRUCTION`` is a one-paragraph version of it.
     Actions: ``up``, ``down``, ``left``, ``right`` (case-insensitive, surrounding whitespace
         ignored). Any other text is invalid: the state stays, the observation is
         ``INVALID_ACTION_MESSAGE`` (naming the valid actions) above the grid, the step costs
@@ -35,17 +38,22 @@ from __future__ import annotations
 from gigpo.envs.sokoban.env import (BOX_OFF_TARGET_PENALTY, BOX_ON_TARGET_REWARD, INSTRUCTION,
                                     INVALID_ACTION_MESSAGE, SOLVED_REWARD, STEP_PENALTY, SokobanEnv,
                                     parse_action)
-from gigpo.envs.sokoban.room import ACTIONS, LEGEND, Level, generate_level, parse_level
+from gigpo.envs.sokoban.room import ACTIONS, GRID_STYLES, LEGEND, Level, generate_level, parse_level
 from gigpo.envs.sokoban.solver import SolverError, is_corner_deadlock, solve
 from gigpo.envs.sokoban.tasks import DEFAULT_SIZES, layout_split, make_tasks
 
 
-def make_env(solver_max_nodes: int = 1_000_000) -> SokobanEnv:
-    """A ``SokobanEnv``; ``solver_max_nodes`` caps the expert's BFS (rooms come with the tasks)."""
-    return SokobanEnv(solver_max_nodes=solver_max_nodes)
+def make_env(grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) -> SokobanEnv:
+    """A ``SokobanEnv`` (rooms come with the tasks).
+
+    Args:
+        grid_style: ``verl-agent`` (spaced cells, verl-agent's text) or ``compact``.
+        solver_max_nodes: the node cap of the expert's BFS.
+    """
+    return SokobanEnv(grid_style=grid_style, solver_max_nodes=solver_max_nodes)
 
 
-__all__ = ["ACTIONS", "BOX_OFF_TARGET_PENALTY", "BOX_ON_TARGET_REWARD", "DEFAULT_SIZES", "INSTRUCTION",
+__all__ = ["ACTIONS", "BOX_OFF_TARGET_PENALTY", "BOX_ON_TARGET_REWARD", "DEFAULT_SIZES", "GRID_STYLES", "INSTRUCTION",
            "INVALID_ACTION_MESSAGE", "LEGEND", "Level", "SOLVED_REWARD", "STEP_PENALTY", "SokobanEnv",
            "SolverError", "generate_level", "is_corner_deadlock", "layout_split", "make_env", "make_tasks",
            "parse_action", "parse_level", "solve"]

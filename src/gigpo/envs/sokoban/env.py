@@ -11,7 +11,7 @@ same 0.1 (verl-agent maps it to gym-sokoban's no-op action) and ``info["invalid_
 from __future__ import annotations
 
 from gigpo.envs.base import Task
-from gigpo.envs.sokoban.room import ACTIONS, LEGEND, Level, parse_level
+from gigpo.envs.sokoban.room import ACTIONS, GRID_STYLES, LEGEND, Level, parse_level
 from gigpo.envs.sokoban.solver import is_corner_deadlock, solve
 
 STEP_PENALTY, BOX_ON_TARGET_REWARD, BOX_OFF_TARGET_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
@@ -40,12 +40,18 @@ class SokobanEnv:
     """One Sokoban episode at a time; see ``gigpo.envs.sokoban`` for the observation and ``info``.
 
     Args:
+        grid_style: ``verl-agent`` (default: each cell as ``" # \\t"``, verl-agent's text render;
+            spaced cells keep a tokenizer from merging runs such as ``####`` into one token) or
+            ``compact`` (one character a cell, the format of ``Task.data["room"]``).
         solver_max_nodes: the BFS node cap for ``expert_action`` (raises ``SolverError`` past it).
     """
 
     family = "sokoban"
 
-    def __init__(self, solver_max_nodes: int = 1_000_000) -> None:
+    def __init__(self, grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) -> None:
+        if grid_style not in GRID_STYLES:
+            raise ValueError(f"grid_style must be one of {GRID_STYLES}, got {grid_style!r}")
+        self.grid_style = grid_style
         self.solver_max_nodes = int(solver_max_nodes)
         self.task: Task | None = None
         self.level: Level | None = None
@@ -56,10 +62,12 @@ class SokobanEnv:
 
     def reset(self, task: Task) -> tuple[str, dict]:
         if task.family != "sokoban":
-            raise ValueError(f"SokobanEnv got a task of family {task.family!r}; make it with make_tasks('sokoban', ...)")
+            raise ValueError(f"SokobanEnv got a task of family {task.family!r}; "
+                             "make it with make_tasks('sokoban', ...)")
         room = task.data.get("room")
         if not room:
-            raise ValueError(f"sokoban task {task.task_id!r} needs data['room'] (the grid as a list of row strings)")
+            raise ValueError(f"sokoban task {task.task_id!r} needs data['room'] "
+                             "(the grid as a list of row strings)")
         level = parse_level(room)
         if self.level != level:
             self._expert = {}
@@ -71,8 +79,10 @@ class SokobanEnv:
         return grid, self._info(grid, invalid=False)
 
     def render(self) -> str:
-        assert self.level is not None
-        return self.level.render(self.player, self.boxes)
+        """The current grid in this env's ``grid_style``."""
+        if self.level is None:
+            raise RuntimeError("SokobanEnv.render called before reset(task)")
+        return self.level.render(self.player, self.boxes, self.grid_style)
 
     def _info(self, grid: str, invalid: bool) -> dict:
         deadlock = is_corner_deadlock(self.level, self.boxes)

@@ -19,6 +19,7 @@ Cells are indexed ``r * width + c``; a direction is a cell offset.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -27,6 +28,7 @@ WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#", "_", "O
 LEGEND = {WALL: "wall", FLOOR: "floor", TARGET: "target", BOX: "box", BOX_ON_TARGET: "box on target",
           PLAYER: "player", PLAYER_ON_TARGET: "player on target"}
 ACTIONS = ("up", "down", "left", "right")
+GRID_STYLES = ("verl-agent", "compact")
 _DELTAS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 # gym-sokoban's five floor masks (room_topology_generation).
@@ -58,8 +60,15 @@ class Level:
         dr, dc = _DELTAS[action]
         return dr * self.width + dc
 
-    def render(self, player: int | None = None, boxes: frozenset[int] | None = None) -> str:
-        """The grid as text rows (``\\n``-joined), for the given state (default: the start)."""
+    def render(self, player: int | None = None, boxes: frozenset[int] | None = None,
+               style: str = "compact") -> str:
+        """The grid as text rows (``\\n``-joined), for the given state (default: the start).
+
+        ``style``: ``compact`` (one character a cell, ``parse_level``'s format) or ``verl-agent``
+        (each cell as ``" # \\t"``, verl-agent/RAGEN's text render, ``GRID_LOOKUP``).
+        """
+        if style not in GRID_STYLES:
+            raise ValueError(f"grid style must be one of {GRID_STYLES}, got {style!r}")
         player = self.player if player is None else player
         boxes = self.boxes if boxes is None else boxes
         rows = []
@@ -76,7 +85,7 @@ class Level:
                     row.append(PLAYER_ON_TARGET if on_target else PLAYER)
                 else:
                     row.append(TARGET if on_target else FLOOR)
-            rows.append("".join(row))
+            rows.append("".join(f" {ch} \t" for ch in row) if style == "verl-agent" else "".join(row))
         return "\n".join(rows)
 
     def rows(self) -> list[str]:
@@ -111,7 +120,8 @@ def parse_level(rows: list[str] | tuple[str, ...] | str) -> Level:
             if ch in (PLAYER, PLAYER_ON_TARGET):
                 players.append(i)
     if len(players) != 1:
-        raise ValueError(f"a Sokoban room needs exactly one player ({PLAYER!r} or {PLAYER_ON_TARGET!r}), got {len(players)}")
+        raise ValueError(f"a Sokoban room needs exactly one player ({PLAYER!r} or {PLAYER_ON_TARGET!r}), "
+                         f"got {len(players)}")
     if not boxes or len(boxes) != len(targets):
         raise ValueError(f"a Sokoban room needs as many targets as boxes (at least one); got "
                          f"{len(boxes)} boxes, {len(targets)} targets")
@@ -180,7 +190,8 @@ def reverse_play(floor: frozenset[int], targets: tuple[int, ...], player: int, w
 
 def generate_level(rng: np.random.Generator, dim: tuple[int, int] = (6, 6), num_boxes: int = 1,
                    search_depth: int = 300, num_gen_steps: int | None = None, p_change_directions: float = 0.35,
-                   max_tries: int = 100, accept_layout=None) -> Level:
+                   max_tries: int = 100,
+                   accept_layout: Callable[[frozenset[int], tuple[int, ...]], bool] | None = None) -> Level:
     """One room by reverse play (see the module docstring); deterministic in ``rng``'s state.
 
     Args:
@@ -213,5 +224,5 @@ def generate_level(rng: np.random.Generator, dim: tuple[int, int] = (6, 6), num_
         if score <= 0:
             continue
         return Level(h, w, floor, frozenset(targets), pl, frozenset(boxes))
-    raise RuntimeError(f"no {h}x{w} room with {num_boxes} boxes after {max_tries} layouts; use a larger dim, "
-                       f"fewer boxes or more num_gen_steps")
+    raise RuntimeError(f"no {h}x{w} room with {num_boxes} boxes after {max_tries} layouts; "
+                       "use a larger dim, fewer boxes or more num_gen_steps")
