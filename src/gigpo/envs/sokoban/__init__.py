@@ -27,7 +27,7 @@ itself RAGEN's), built on gym-sokoban's rules and room generator:
         episode; since a cornered box never moves, the two agree), ``steps``, ``boxes_on_target``.
     ``expert_action()``: the first move of a shortest plan from the current state (BFS,
         ``solver.solve``), so following it solves a task in exactly ``optimal_steps`` steps.
-The step limit is the episode manager's concern (verl-agent: 50 for 6x6 rooms).
+The step limit is the episode manager's concern (verl-agent sets it in its env config).
 
 Pieces: ``room`` (legend, parsing, the reverse-play generator), ``solver`` (BFS, deadlock
 check), ``env`` (the env), ``tasks`` (generated, solver-certified, disjoint task sets).

@@ -45,7 +45,7 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, dim: int | tuple
 
     Args:
         dim: room size, border included: ``6`` (6x6) or ``(height, width)``.
-        num_boxes: boxes per room (1 is the RAGEN/verl-agent default; 2 is harder).
+        num_boxes: boxes per room (1; 2 is much harder, about twice the optimal steps).
         search_depth: the reverse play's depth (``room.generate_level``).
         num_gen_steps: the topology walk's steps (default ``1.7 * (h + w)``, as gym-sokoban).
         solver_max_nodes: the certifying BFS's node cap.
