@@ -19,6 +19,7 @@ FAMILIES: dict[str, str] = {
     "alfworld": "gigpo.envs.alfworld",
     "webshop": "gigpo.envs.webshop",
     "search": "gigpo.envs.search",
+    "sokoban": "gigpo.envs.sokoban",
 }
 
 
