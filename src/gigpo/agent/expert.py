@@ -27,7 +27,8 @@ _ALFWORLD_REASONS = [
 ]
 
 
-def _alfworld_reason(action: str) -> str:
+def alfworld_reason(action: str) -> str:
+    """The ALFWorld family's ``FamilySpec.expert_reason``."""
     for pat, reason in _ALFWORLD_REASONS:
         m = re.fullmatch(pat, action)
         if m:
@@ -35,7 +36,8 @@ def _alfworld_reason(action: str) -> str:
     return "This action moves the task forward."
 
 
-def _webshop_reason(action: str) -> str:
+def webshop_reason(action: str) -> str:
+    """The WebShop family's ``FamilySpec.expert_reason``."""
     m = re.fullmatch(r"search\[(.*)\]", action)
     if m:
         return f"I search the store for the requested product: {m.group(1)}."
@@ -51,14 +53,16 @@ def _webshop_reason(action: str) -> str:
 
 
 THINK_STYLES = ("reason", "empty")
+GENERIC_REASON = "This action moves the task forward."
 
 
-def format_expert_response(family: str, action: str, *, think: str = "reason") -> str:
-    """The response text for an expert ``action`` of env ``family``.
+def format_expert_response(family, action: str, *, think: str = "reason") -> str:
+    """The response text for an expert ``action`` of env ``family`` (a name or its ``FamilySpec``).
 
-    ALFWorld/WebShop: ``<think>reason</think><action>action</action>`` (action lower-cased, as the
-    parser lower-cases). Search: the expert's text already has its ``<search>``/``<answer>`` tag;
-    a short ``<think>`` is prepended when it has none.
+    ``action`` syntax (ALFWorld, WebShop): ``<think>reason</think><action>action</action>``, the
+    action lower-cased (as the parser lower-cases), the reason from ``FamilySpec.expert_reason``.
+    ``search`` syntax: the expert's text already has its ``<search>``/``<answer>`` tag; a short
+    ``<think>`` is prepended when it has none.
 
     ``think="empty"``: ``<think></think>`` instead of the reason (still a valid response, spec s.6).
     A model that cannot yet read its prompt writes reasons unrelated to its action (the reason names
@@ -67,17 +71,20 @@ def format_expert_response(family: str, action: str, *, think: str = "reason") -
     """
     if think not in THINK_STYLES:
         raise ValueError(f"think must be one of {THINK_STYLES}, got {think!r}")
-    text = _with_reason(family, action)
+    from gigpo.envs.spec import get_family
+
+    spec = get_family(family) if isinstance(family, str) else family
+    text = _with_reason(spec, action)
     if think == "reason":
         return text
     bare = re.sub(r"<think>.*?</think>", "", text, flags=re.IGNORECASE | re.DOTALL).strip()
-    if family == "search" and not re.search(r"<(search|answer)>", bare, re.IGNORECASE):
+    if spec.action_syntax == "search" and not re.search(r"<(search|answer)>", bare, re.IGNORECASE):
         raise ValueError(f"search expert action must hold a <search> or <answer> block, got {action!r}")
     return f"<think></think>{bare}"
 
 
-def _with_reason(family: str, action: str) -> str:
-    if family == "search":
+def _with_reason(spec, action: str) -> str:
+    if spec.action_syntax == "search":
         if "<think>" in action:
             return action
         m = re.search(r"<search>(.*?)</search>", action, re.IGNORECASE | re.DOTALL)
@@ -87,10 +94,5 @@ def _with_reason(family: str, action: str) -> str:
             return f"<think>The results give me the answer.</think>{action}"
         raise ValueError(f"search expert action must hold a <search> or <answer> block, got {action!r}")
     action = action.strip().lower()
-    if family == "alfworld":
-        reason = _alfworld_reason(action)
-    elif family == "webshop":
-        reason = _webshop_reason(action)
-    else:
-        raise ValueError(f"no expert format for env family {family!r}; known: alfworld, webshop, search")
+    reason = spec.expert_reason(action) if spec.expert_reason is not None else GENERIC_REASON
     return f"<think>{reason}</think><action>{action}</action>"

@@ -65,7 +65,10 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    family: str = F("alfworld", "env family: alfworld, webshop or search")
+    family: str = F("alfworld", "env family: alfworld, webshop, search, or one registered by a plugin "
+                    "(entry point group gigpo.families, or env.family_module)")
+    family_module: str = F("", "module (dotted name, .py file or package dir) whose FAMILY_SPEC is registered "
+                           "before env.family is looked up; a family outside any installed package")
     group_size: int = F(8, "rollouts per task, all reset to the same initial state (spec: n)")
     tasks_per_iter: int = F(16, "distinct tasks per training iteration (spec: train_batch_size)")
     max_steps: int = F(50, "max agent steps per episode")
@@ -83,7 +86,18 @@ class EnvConfig:
                              "0 = no limit; -1 = 300 with executor thread or process, none inline")
 
     def __post_init__(self):
-        _choice(self.family, "env.family", ("alfworld", "webshop", "search"))
+        from gigpo.envs.spec import families, load_family_module
+
+        if self.family_module:
+            try:
+                load_family_module(self.family_module)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        try:
+            known = tuple(families())
+        except ValueError as e:  # a broken entry point: its message names it
+            raise ConfigError(f"env.family: {e}") from None
+        _choice(self.family, "env.family", known)
         _choice(self.executor, "env.executor", ("inline", "thread", "process"))
         for k in ("step_timeout", "reset_timeout"):
             v = getattr(self, k)
