@@ -286,6 +286,17 @@ def test_family_module_by_path_and_by_name(registry):
     assert done and info["won"] and r == 1.0
 
 
+def test_process_workers_build_a_path_loaded_family(registry):
+    # Workers build envs by module path and inherit sys.path, so they need no registration.
+    from gigpo.envs import make_tasks
+    from gigpo.envs.manager import GroupedEnvs
+
+    registry.load_family_module(str(PLUGIN_PKG))
+    with GroupedEnvs("echo", group_size=2, max_steps=2, executor="process", num_workers=1) as envs:
+        (obs, info), _ = envs.reset(make_tasks("echo", "train", n=1))
+    assert obs == "You hold a basket of fruit." and len(info["admissible_actions"]) == 3
+
+
 def test_family_module_errors_name_the_fix(registry, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         registry.load_family_module(str(tmp_path / "missing_dir"))

@@ -94,7 +94,8 @@ class GroupedEnvs:
         env_factory: a zero-argument callable building one env (custom envs); must be picklable
             (a module-level function or ``functools.partial``) for ``executor="process"``.
         executor: ``inline`` (default, sequential in-process), ``thread`` (thread pool, for
-            I/O-bound envs; refused for a family module that sets ``THREAD_SAFE = False``) or
+            I/O-bound envs; refused for a family whose ``FamilySpec.thread_safe`` or module
+            ``THREAD_SAFE`` is False) or
             ``process`` (worker processes, for slow engines like ALFWorld, whose TextWorld PDDL
             parser is shared module state and breaks under threads).
         num_workers: threads or processes (default: CPU count, at most the number of slots).
