@@ -370,3 +370,9 @@ def test_cli_trains_a_plugin_family_from_an_entry_point(tmp_path):
     res = _train(tmp_path, ["env.family=echo"], env={"PYTHONPATH": path})
     assert res.returncode == 0, res.stderr[-3000:]
     assert '"iteration": 1' in (tmp_path / "echo_run" / "metrics.jsonl").read_text()
+
+
+def test_docs_example_is_the_fixture():
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    example = doc.split("```python\nimport random\n", 1)[1].split("```", 1)[0]
+    assert ("import random\n" + example) in PLUGIN_PKG.joinpath("__init__.py").read_text()
