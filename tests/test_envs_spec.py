@@ -338,6 +338,10 @@ def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
     assert get_family("webshop").name == "webshop"  # a known name does not load entry points
     with pytest.raises(ValueError, match=r"entry point 'broken' = 'no_such_module_xyz:SPEC'.*failed to load"):
         get_family("something_else")
+    registry._reset_for_tests()
+    assert load_config(None, ["env.family=webshop"]).env.family == "webshop"  # built-ins unaffected
+    with pytest.raises(ConfigError, match=r"env.family: entry point 'broken'.*fix or uninstall"):
+        load_config(None, ["env.family=echo"])
 
 
 # ------------------------------------------------------------------------------ end to end

@@ -135,17 +135,23 @@ def register_family(spec: FamilySpec) -> FamilySpec:
 
 def get_family(name: str) -> FamilySpec:
     """The spec of family ``name``; unknown names raise ``ValueError`` with a close-match hint."""
+    spec = _find(name)
+    if spec is None:
+        close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
+                         f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
+                         "or the config key env.family_module (docs/extending.md)")
+    return spec
+
+
+def _find(name: str) -> FamilySpec | None:
+    # Entry points load only for a name not built in, so a broken plugin cannot block the built-ins.
     with _LOCK:
         _load_builtins()
         if name not in _REGISTRY:
             _load_entry_points()
-        if name not in _REGISTRY:
-            close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
-                             f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
-                             "or the config key env.family_module (docs/extending.md)")
-        return _REGISTRY[name]
+        return _REGISTRY.get(name)
 
 
 def families() -> dict[str, FamilySpec]:
@@ -157,12 +163,8 @@ def families() -> dict[str, FamilySpec]:
 
 
 def is_family(name: str) -> bool:
-    """``name`` is registered (entry points included)."""
-    try:
-        get_family(name)
-    except ValueError:
-        return False
-    return True
+    """``name`` is registered (entry points included; one that fails to load still raises)."""
+    return isinstance(name, str) and _find(name) is not None
 
 
 def load_family_module(ref: str) -> list[FamilySpec]:

@@ -86,18 +86,17 @@ class EnvConfig:
                              "0 = no limit; -1 = 300 with executor thread or process, none inline")
 
     def __post_init__(self):
-        from gigpo.envs.spec import families, load_family_module
+        from gigpo.envs.spec import families, is_family, load_family_module
 
-        if self.family_module:
-            try:
-                load_family_module(self.family_module)
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
         try:
-            known = tuple(families())
-        except ValueError as e:  # a broken entry point: its message names it
-            raise ConfigError(f"env.family: {e}") from None
-        _choice(self.family, "env.family", known)
+            if self.family_module:
+                load_family_module(self.family_module)
+            if not is_family(self.family):
+                _choice(self.family, "env.family", tuple(families()))
+        except ConfigError:
+            raise
+        except ValueError as e:  # a module or entry point that fails to load; the message names it
+            raise ConfigError(str(e) if str(e).startswith("env.") else f"env.family: {e}") from None
         _choice(self.executor, "env.executor", ("inline", "thread", "process"))
         for k in ("step_timeout", "reset_timeout"):
             v = getattr(self, k)
