@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gigpo.agent.parsing import ParsedAction, parse_action
-from gigpo.agent.prompts import DEFAULT_HISTORY, clean_text, render_prompt
+from gigpo.agent.prompts import clean_text, render_prompt
+from gigpo.envs.spec import get_family
 
 _ELLIPSIS = "..."
 
@@ -40,7 +41,8 @@ class Agent:
     """Prompt building and action parsing for one env family.
 
     Args:
-        family: ``alfworld``, ``webshop`` or ``search``.
+        family: a registered env family (``alfworld``, ``webshop``, ``search``, a plugin's);
+            its ``FamilySpec`` gives the prompt wording, default history and action syntax.
         tokenizer: a Hugging Face tokenizer; its chat template is used when it has one, otherwise
             the message is wrapped as ``"User: ...\\nAssistant:"``.
         history_length: K, the number of past (observation, action) pairs shown
@@ -56,9 +58,11 @@ class Agent:
     def __init__(self, family: str, tokenizer, *, history_length: int | None = None,
                  max_prompt_tokens: int = 2048, constrain_actions: bool = False,
                  repeat_task: bool = False) -> None:
-        if family not in DEFAULT_HISTORY:
-            raise ValueError(f"Agent: unknown env family {family!r}; known: {sorted(DEFAULT_HISTORY)}")
-        k = DEFAULT_HISTORY[family] if history_length is None else history_length
+        try:
+            self.spec = get_family(family)
+        except ValueError as e:
+            raise ValueError(f"Agent: {e}") from None
+        k = self.spec.default_history if history_length is None else history_length
         if k < 0:
             raise ValueError(f"Agent: history_length must be >= 0, got {k}")
         if max_prompt_tokens < 16:
@@ -105,7 +109,7 @@ class Agent:
         shown = list(history[-self.history_length:]) if self.history_length else []
 
         def render(hist, obs):
-            return self._encode(render_prompt(self.family, task, obs, history=hist, step=step,
+            return self._encode(render_prompt(self.spec, task, obs, history=hist, step=step,
                                               admissible_actions=admissible_actions,
                                               repeat_task=self.repeat_task))
 
@@ -152,4 +156,4 @@ class Agent:
     # -- responses -------------------------------------------------------------------------
     def parse(self, response_text: str) -> ParsedAction:
         """The action sent to the env and its validity (GIGPO_SPEC s.6)."""
-        return parse_action(self.family, response_text)
+        return parse_action(self.spec, response_text)

@@ -15,16 +15,41 @@ Search (verl-agent ``search_projection``): the first ``<search>...</search>`` bl
 kinds appear anywhere in the response, or if a tag kind appears more than once. The env receives the
 normalised ``<search>query</search>`` / ``<answer>text</answer>``, or the raw response when no block
 was found. Invalid actions are still sent to the env; the trainer applies the penalty.
+
+A family's projection is its ``FamilySpec.action_syntax`` (``action``, with ``fallback_tail``, or
+``search``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Iterator
+
+from gigpo.envs.spec import families, get_family
 
 _CJK = re.compile(r"[\u4e00-\u9fff]")
-# Characters of the response tail sent to the env when the action tags are missing (spec s.6).
-FALLBACK_TAIL = {"alfworld": 30, "webshop": 20}
+
+
+class _FallbackTail(Mapping):
+    """``family -> FamilySpec.fallback_tail`` for the families with ``action`` syntax: characters of
+    the response tail sent to the env when the action tags are missing (spec s.6)."""
+
+    def __getitem__(self, family: str) -> int:
+        spec = families().get(family)
+        if spec is None or spec.action_syntax != "action":
+            raise KeyError(family)
+        return spec.fallback_tail
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([n for n, s in families().items() if s.action_syntax == "action"])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+FALLBACK_TAIL: Mapping[str, int] = _FallbackTail()
 
 _SEARCH_TAG = re.compile(r"<search>", re.IGNORECASE)
 _ANSWER_TAG = re.compile(r"<answer>", re.IGNORECASE)
@@ -92,10 +117,16 @@ def parse_search_action(text: str) -> ParsedAction:
     return ParsedAction(action, valid, kind)
 
 
-def parse_action(family: str, text: str) -> ParsedAction:
-    """Parse a decoded response of env ``family`` (``alfworld``, ``webshop``, ``search``)."""
-    if family == "search":
+def parse_action(family, text: str) -> ParsedAction:
+    """Parse a decoded response of env ``family`` (a name or its ``FamilySpec``) by the spec's
+    ``action_syntax``."""
+    if isinstance(family, str):
+        try:
+            spec = get_family(family)
+        except ValueError as e:
+            raise ValueError(f"no action parser for env family {family!r}: {e}") from None
+    else:
+        spec = family
+    if spec.action_syntax == "search":
         return parse_search_action(text)
-    if family in FALLBACK_TAIL:
-        return parse_tagged_action(text, FALLBACK_TAIL[family])
-    raise ValueError(f"no action parser for env family {family!r}; known: alfworld, webshop, search")
+    return parse_tagged_action(text, spec.fallback_tail)

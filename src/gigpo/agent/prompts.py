@@ -1,4 +1,4 @@
-"""Prompt templates per env family (in the spirit of verl-agent's ``prompts/<env>.py``).
+"""Prompt rendering from an env family's ``FamilySpec`` (in the spirit of verl-agent's ``prompts/<env>.py``).
 
 A prompt is one user message: the task, the last K (observation, action) pairs, the current
 observation, the admissible actions where the family has them, and the format instruction
@@ -9,7 +9,10 @@ tokenizer's chat template and handles context overflow.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Mapping
+from typing import Iterator, Sequence
+
+from gigpo.envs.spec import FamilySpec, families, get_family
 
 def clean_text(text: str) -> str:
     """``text`` as a tokenizer can take it: surrogate pairs joined, lone surrogates (``\\ud800``,
@@ -25,39 +28,30 @@ def clean_text(text: str) -> str:
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-# Default history length K per family (verl-agent ``env.history_length``, GIGPO_SPEC s.7).
-DEFAULT_HISTORY = {"alfworld": 2, "webshop": 2, "search": 4}
 
-_INTRO = {
-    "alfworld": "You are an expert agent acting in the ALFRED household environment (ALFWorld).",
-    "webshop": "You are an expert shopping agent acting in the WebShop online store.",
-    "search": "You are an expert agent answering a question step by step with a search engine.",
-}
+class _DefaultHistory(Mapping):
+    """``family -> default history length K`` (``FamilySpec.default_history``), read from the registry."""
 
-_FORMAT = {
-    "alfworld": (
-        "Now take one action. First reason step by step about the situation inside <think> </think>. "
-        "Then give exactly one admissible action inside <action> </action>."
-    ),
-    "webshop": (
-        "Now take one action. First reason step by step about which admissible action best serves "
-        "the shopping goal, inside <think> </think>. Then give exactly one admissible action inside "
-        "<action> </action>."
-    ),
-    "search": (
-        "Now respond for this step. First reason inside <think> </think>. Then do only one of: "
-        "(1) if you lack knowledge, search with <search> your query </search>; the results come back "
-        "inside <information> </information>; "
-        "(2) if you can answer, give the short final answer inside <answer> </answer>, "
-        "for example <answer>Beijing</answer>."
-    ),
-}
+    def __getitem__(self, family: str) -> int:
+        try:
+            return get_family(family).default_history
+        except ValueError:
+            raise KeyError(family) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(families())
+
+    def __len__(self) -> int:
+        return len(families())
 
 
-def _render_history(family: str, history: Sequence[tuple[str, str]], first_step: int, task: str) -> str:
+DEFAULT_HISTORY: Mapping[str, int] = _DefaultHistory()
+
+
+def _render_history(spec: FamilySpec, history: Sequence[tuple[str, str]], first_step: int, task: str) -> str:
     lines = []
     for j, (obs, act) in enumerate(history, start=first_step + 1):
-        if family == "search":
+        if spec.prompt_style == "qa":
             # The step-0 observation is the question itself, already shown above.
             shown = obs if obs and obs != task else ""
             lines.append(f"Step {j}: {shown}\nYour response: {act}" if shown else f"Step {j}: {act}")
@@ -79,7 +73,9 @@ def render_prompt(
     """The user-message text of one step's prompt.
 
     Args:
-        family: env family (``alfworld``, ``webshop``, ``search``).
+        family: env family name (``alfworld``, ``webshop``, ``search``, a registered plugin's) or
+            its ``FamilySpec``; the spec gives the wording (``system_prompt``, ``task_label``,
+            ``prompt_style``, ``action_format``).
         task: the task text (``info["instruction"]`` at reset).
         observation: the current raw observation.
         history: the (observation, action) pairs to show, oldest first (already cut to K).
@@ -91,18 +87,15 @@ def render_prompt(
             attention does not yet reach back hundreds of tokens to the task line; not in the
             reference prompts.
     """
-    if family not in _INTRO:
-        raise ValueError(f"no prompt template for env family {family!r}; known: {sorted(_INTRO)}")
-    label = "Question" if family == "search" else "Your task is to"
-    parts = [_INTRO[family], f"{label}: {task}"]
+    spec = get_family(family) if isinstance(family, str) else family
+    parts = [spec.system_prompt, f"{spec.task_label}: {task}"]
     if history:
         first = step - len(history)
-        what = "searches and results" if family == "search" else "observations and the actions you took"
         parts.append(
-            f"You have taken {step} step(s) so far. The most recent {len(history)} {what}:\n"
-            + _render_history(family, history, first, task)
+            f"You have taken {step} step(s) so far. The most recent {len(history)} {spec.history_noun}:\n"
+            + _render_history(spec, history, first, task)
         )
-    if family == "search":
+    if spec.prompt_style == "qa":
         if step > 0 or observation != task:
             parts.append(f"Latest search results (step {step + 1}): {observation}")
     else:
@@ -110,7 +103,7 @@ def render_prompt(
     acts = [a for a in (admissible_actions or []) if a != "help"]
     if acts:
         parts.append("Admissible actions now:\n" + "\n".join(f"'{a}'" for a in acts))
-    parts.append(_FORMAT[family])
+    parts.append(spec.action_format)
     if repeat_task:
-        parts.append(f"{'Question' if family == 'search' else 'Your task'}, again: {task}")
+        parts.append(f"{spec.task_again_label}, again: {task}")
     return clean_text("\n".join(parts))

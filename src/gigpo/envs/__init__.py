@@ -1,6 +1,7 @@
 """Multi-turn text environments: the protocol, task sets, the grouped manager, and the families.
 
-Families register here by name; each module is imported only when used, so a user without the
+Each family is described by a ``FamilySpec`` in the registry of ``gigpo.envs.spec`` (built-ins,
+entry points, ``register_family``); its module is imported only when used, so a user without the
 ``alfworld`` extra can still run WebShop and search.
 
 Each family module exposes:
@@ -10,33 +11,54 @@ Each family module exposes:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 from gigpo.envs.base import SPLITS, Task, TextEnv
+from gigpo.envs.spec import FamilySpec, families, get_family, load_family_module, register_family
 
-FAMILIES: dict[str, str] = {
-    "alfworld": "gigpo.envs.alfworld",
-    "webshop": "gigpo.envs.webshop",
-    "search": "gigpo.envs.search",
-    "sokoban": "gigpo.envs.sokoban",
-}
+
+class _FamilyModules(Mapping):
+    """Read-only ``name -> module path`` view of the family registry."""
+
+    def __getitem__(self, name: str) -> str:
+        if not isinstance(name, str):
+            raise KeyError(name)
+        try:
+            return get_family(name).module
+        except ValueError:
+            raise KeyError(name) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(families())
+
+    def __len__(self) -> int:
+        return len(families())
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+FAMILIES: Mapping[str, str] = _FamilyModules()
 
 
 def family_module(family: str):
     """Import and return the module implementing ``family``."""
-    if family not in FAMILIES:
-        import difflib
-
-        close = difflib.get_close_matches(family, FAMILIES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown env family {family!r}; known: {sorted(FAMILIES)}.{hint}")
-    return importlib.import_module(FAMILIES[family])
+    return get_family(family).load()
 
 
 def make_env(family: str, **kwargs: Any) -> TextEnv:
-    """Build one environment of ``family`` (kwargs are the family's env options)."""
-    return family_module(family).make_env(**kwargs)
+    """Build one environment of ``family`` (kwargs are the family's env options, over the spec's
+    ``env_kwargs`` defaults)."""
+    spec = get_family(family)
+    return spec.load().make_env(**{**spec.env_kwargs, **kwargs})
+
+
+def make_env_from_module(module: str, **kwargs: Any) -> TextEnv:
+    """``make_env`` by module path: a worker process may not have the family registered."""
+    import importlib
+
+    return importlib.import_module(module).make_env(**kwargs)
 
 
 def make_tasks(family: str, split: str, n: int | None = None, seed: int = 0, **kwargs: Any) -> list[Task]:
@@ -46,4 +68,5 @@ def make_tasks(family: str, split: str, n: int | None = None, seed: int = 0, **k
     return family_module(family).make_tasks(split, n=n, seed=seed, **kwargs)
 
 
-__all__ = ["FAMILIES", "SPLITS", "Task", "TextEnv", "family_module", "make_env", "make_tasks"]
+__all__ = ["FAMILIES", "SPLITS", "FamilySpec", "Task", "TextEnv", "families", "family_module", "get_family",
+           "load_family_module", "make_env", "make_tasks", "register_family"]

@@ -24,7 +24,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from gigpo.envs import FAMILIES, make_env
+from gigpo.envs import get_family, make_env_from_module
 from gigpo.envs.base import Task, TextEnv
 from gigpo.envs.executors import EXECUTORS, InlineExecutor, ProcessExecutor, ThreadExecutor
 
@@ -94,7 +94,8 @@ class GroupedEnvs:
         env_factory: a zero-argument callable building one env (custom envs); must be picklable
             (a module-level function or ``functools.partial``) for ``executor="process"``.
         executor: ``inline`` (default, sequential in-process), ``thread`` (thread pool, for
-            I/O-bound envs; refused for a family module that sets ``THREAD_SAFE = False``) or
+            I/O-bound envs; refused for a family whose ``FamilySpec.thread_safe`` or module
+            ``THREAD_SAFE`` is False) or
             ``process`` (worker processes, for slow engines like ALFWorld, whose TextWorld PDDL
             parser is shared module state and breaks under threads).
         num_workers: threads or processes (default: CPU count, at most the number of slots).
@@ -109,8 +110,7 @@ class GroupedEnvs:
         if (family is None) == (env_factory is None):
             raise ValueError("give exactly one of family (e.g. 'alfworld') or env_factory (a callable "
                              "returning a TextEnv)")
-        if family is not None and family not in FAMILIES:
-            raise ValueError(f"unknown env family {family!r}; known: {sorted(FAMILIES)}")
+        spec = get_family(family) if family is not None else None  # unknown: ValueError with a hint
         if env_factory is not None and env_kwargs:
             raise ValueError("env_kwargs only apply with family=...; bind options into env_factory "
                              "instead (e.g. functools.partial)")
@@ -127,12 +127,11 @@ class GroupedEnvs:
                              "(an inline env cannot be interrupted)")
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an int >= 1 or None, got {num_workers!r}")
-        if executor == "thread" and family is not None:
-            from gigpo.envs import family_module
-
-            if not getattr(family_module(family), "THREAD_SAFE", True):
-                raise ValueError(f"{family} envs are not thread-safe (the family module sets THREAD_SAFE = "
-                                 "False); use executor='process' (or 'inline')")
+        if executor == "thread" and spec is not None:
+            # The module's THREAD_SAFE attribute still counts (a module may know better than its spec).
+            if not (spec.thread_safe and getattr(spec.load(), "THREAD_SAFE", True)):
+                raise ValueError(f"{family} envs are not thread-safe (FamilySpec.thread_safe or the family "
+                                 "module's THREAD_SAFE is False); use executor='process' (or 'inline')")
         import os
 
         self.family = family
@@ -140,7 +139,9 @@ class GroupedEnvs:
         self.max_steps = max_steps
         self.executor_name = executor
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
-        factory = env_factory or functools.partial(make_env, family, **(env_kwargs or {}))
+        # By module path, so worker processes need not have the family registered.
+        factory = env_factory or functools.partial(make_env_from_module, spec.module,
+                                                   **{**spec.env_kwargs, **(env_kwargs or {})})
         workers = num_workers or os.cpu_count() or 1
         self.num_workers = 1 if executor == "inline" else workers  # process: at most the slot count
         if executor == "inline":
@@ -148,7 +149,7 @@ class GroupedEnvs:
         elif executor == "thread":
             self._exec = ThreadExecutor(factory, workers)
         else:
-            self._exec = ProcessExecutor(factory, workers, preload=[FAMILIES[family]] if family else [])
+            self._exec = ProcessExecutor(factory, workers, preload=[spec.module] if spec else [])
         self._slots: list[_Slot] = []
         self._closed = False
 

@@ -21,7 +21,7 @@ import importlib.metadata
 import importlib.util
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gigpo.policy.cache import build_atomic, models_dir
@@ -96,16 +96,32 @@ class TinyConfig:
     rope_theta: float = 10000.0
     seed: int = 0
     max_steps: int = 30  # steps per expert rollout
-    # (family, expert rollouts for the tokenizer corpus): ALFWorld episodes cost ~1 s each on a
-    # loaded CPU but repeat the same words; WebShop / search tasks are cheap and varied. These
-    # reach the 4k vocab with the build well under a minute.
-    families: tuple[tuple[str, int], ...] = (("alfworld", 6), ("webshop", 40), ("search", 150))
+    # (family, expert rollouts for the tokenizer corpus): each registered family's
+    # FamilySpec.tiny_corpus_episodes (built-ins: ALFWorld 6, WebShop 40, search 150, which reach
+    # the 4k vocab with the build well under a minute).
+    families: tuple[tuple[str, int], ...] = field(default_factory=lambda: _corpus_families())
+
+
+def _corpus_families() -> tuple[tuple[str, int], ...]:
+    from gigpo.envs.spec import families
+
+    return tuple((name, s.tiny_corpus_episodes) for name, s in families().items() if s.tiny_corpus_episodes > 0)
+
+
+def _engines(cfg: TinyConfig) -> list[str]:
+    """Distributions (``FamilySpec.engines``) of the corpus families, in order, once each."""
+    from gigpo.envs.spec import is_family, get_family
+
+    names = [d for f, _ in cfg.families if is_family(f) for d in get_family(f).engines]
+    return list(dict.fromkeys(names))
 
 
 def _family_source_digest(family: str) -> str:
     """Hash of the family module's source files (or 'absent'), without importing it."""
+    from gigpo.envs.spec import is_family, get_family
+
     try:
-        spec = importlib.util.find_spec(f"gigpo.envs.{family}")
+        spec = importlib.util.find_spec(get_family(family).module) if is_family(family) else None
     except Exception:  # noqa: BLE001 -- a broken parent import means the family is unusable
         spec = None
     if spec is None or spec.origin is None:
@@ -139,7 +155,7 @@ def tiny_hash(cfg: TinyConfig) -> str:
         "template": CHAT_TEMPLATE,
         "versions": [transformers.__version__, tokenizers.__version__],
         "families": {f: _family_source_digest(f) for f, _ in cfg.families},
-        "engines": [_version(d) for d in ("alfworld", "textworld", "bm25s")],
+        "engines": [_version(d) for d in _engines(cfg)],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -45,7 +45,7 @@ def collect_expert_demos(
     ``seed``: ALFWorld's handcoded expert draws from the global ``random`` module (which of several
     objects of interest to fetch); it is seeded per task from ``seed`` and the task id, and the
     caller's ``random`` state is restored, so the demos are a function of the tasks and ``seed``.
-    ``relabel``: ALFWorld only; up to this many counterfactual rows per task-dependent step, the
+    ``relabel``: families with ``FamilySpec.sft_relabel`` (ALFWorld); up to this many counterfactual rows per task-dependent step, the
     task naming another object / receptacle type in view (``gigpo.agent.relabel``), each right
     after its step's own row.
     """
@@ -71,13 +71,13 @@ def collect_expert_demos(
                 admissible = info.get("admissible_actions")
                 prompt_for = partial(agent.build_prompt, observation=obs, history=hist.entries, step=len(hist),
                                      admissible_actions=admissible)
-                text = format_expert_response(family, env.expert_action(), think=think)
+                text = format_expert_response(agent.spec, env.expert_action(), think=think)
                 action = agent.parse(text).action
                 episode.append(_demo_row(prompt_for(task_text), text, tokenizer, agent, admissible, with_allowed))
-                if relabel and family == "alfworld" and admissible:
+                if relabel and agent.spec.sft_relabel and admissible:
                     for task_v, action_v in relabel_step(task_text, action, admissible,
                                                          holds_task_object(task_text, actions), relabel):
-                        text_v = format_expert_response(family, action_v, think=think)
+                        text_v = format_expert_response(agent.spec, action_v, think=think)
                         episode.append(_demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible, with_allowed))
                 actions.append(action)
                 hist.add(obs, action)

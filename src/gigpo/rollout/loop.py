@@ -23,7 +23,8 @@ from gigpo.rollout.metrics import rollout_metrics
 
 
 def _tool_calls(info: dict, searches: int) -> int:
-    """Tool calls of a finished search trajectory: the env's count when it reports one."""
+    """Tool calls of a finished trajectory: the env's count when it reports one, else the parsed
+    actions of a ``FamilySpec.tool_call_kinds`` kind."""
     v = info.get("tool_calls")
     return int(v) if v is not None else searches
 
@@ -74,6 +75,7 @@ def rollout(
     task_text = [info.get("instruction") or obs for obs, info in reset]
     memory = Memory(n_slots)
     searches = [0] * n_slots
+    tool_kinds = agent.spec.tool_call_kinds  # parsed kinds that are tool calls (search: "search")
     rows: dict[str, list] = {k: [] for k in ROW_FIELDS + ("allowed",)}
     meta = {"family": agent.family, "history_dropped": 0, "observation_truncated": 0,
             "prompt_hard_truncated": 0, "prompts": 0, "generated_tokens": 0,
@@ -129,7 +131,7 @@ def rollout(
             rows["response_text"].append(text if record_text else "")
             rows["observation"].append(tr.observation if record_text else "")
             meta["generated_tokens"] += len(g.token_ids)
-            searches[s] += pa.kind == "search"
+            searches[s] += pa.kind in tool_kinds
             memory.add(s, obs, pa.action)
             cur[s] = (tr.observation, tr.info)
         t += 1

@@ -8,6 +8,7 @@ Keys (fixed names):
     invalid_action_rate     fraction of steps whose response did not parse (GIGPO_SPEC s.6)
     failed_rate, truncated_rate   fraction of trajectories with an env fault / cut at max_steps
     tool_calls_per_question mean tool calls per trajectory (search family only)
+    ...                     a family's ``FamilySpec.metrics`` keys (search: tool_calls_per_question)
     prompt_history_dropped, prompt_observation_truncated, prompt_hard_truncated
                             prompt-overflow cuts per prompt built
     num_trajectories, num_steps
@@ -34,11 +35,21 @@ def rollout_metrics(batch: StepBatch) -> dict:
         m["failed_rate"] = float(np.mean(batch.traj_failed))
         m["truncated_rate"] = float(np.mean(batch.traj_truncated))
     m["invalid_action_rate"] = float(1.0 - np.mean(batch.valid)) if batch.num_rows else 0.0
-    calls = batch.meta.get("traj_tool_calls")
-    if calls is not None and batch.meta.get("family") == "search":
-        m["tool_calls_per_question"] = float(np.mean(calls)) if len(calls) else 0.0
+    hook = _metrics_hook(batch.meta.get("family"))
+    if hook is not None:
+        m.update(hook(batch))
     prompts = max(1, int(batch.meta.get("prompts", 0)))
     for key in ("history_dropped", "observation_truncated", "prompt_hard_truncated"):
         name = key if key.startswith("prompt_") else f"prompt_{key}"
         m[name] = float(batch.meta.get(key, 0)) / prompts
     return m
+
+
+def _metrics_hook(family):
+    """The ``FamilySpec.metrics`` of ``family``; None when it has none or is not registered (a
+    batch built outside a rollout)."""
+    if not isinstance(family, str):
+        return None
+    from gigpo.envs.spec import is_family, get_family
+
+    return get_family(family).metrics if is_family(family) else None

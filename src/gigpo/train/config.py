@@ -66,7 +66,10 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    family: str = F("alfworld", "env family: alfworld, webshop or search")
+    family: str = F("alfworld", "env family: alfworld, webshop, search, or one registered by a plugin "
+                    "(entry point group gigpo.families, or env.family_module)")
+    family_module: str = F("", "module (dotted name, .py file or package dir) whose FAMILY_SPEC is registered "
+                           "before env.family is looked up; a family outside any installed package")
     group_size: int = F(8, "rollouts per task, all reset to the same initial state (spec: n)")
     tasks_per_iter: int = F(16, "distinct tasks per training iteration (spec: train_batch_size)")
     max_steps: int = F(50, "max agent steps per episode")
@@ -84,7 +87,17 @@ class EnvConfig:
                              "0 = no limit; -1 = 300 with executor thread or process, none inline")
 
     def __post_init__(self):
-        _choice(self.family, "env.family", ("alfworld", "webshop", "search"))
+        from gigpo.envs.spec import families, is_family, load_family_module
+
+        try:
+            if self.family_module:
+                load_family_module(self.family_module)
+            if not is_family(self.family):
+                _choice(self.family, "env.family", tuple(families()))
+        except ConfigError:
+            raise
+        except ValueError as e:  # a module or entry point that fails to load; the message names it
+            raise ConfigError(str(e) if str(e).startswith("env.") else f"env.family: {e}") from None
         _choice(self.executor, "env.executor", EXECUTORS)
         for k in ("step_timeout", "reset_timeout"):
             v = getattr(self, k)
