@@ -78,10 +78,10 @@ def test_search_parse_table(text, action, valid, kind):
 
 
 def test_unknown_family_is_a_clear_error(tokenizer):
-    with pytest.raises(ValueError, match="unknown env family 'sokoban'"):
-        Agent("sokoban", tokenizer)
+    with pytest.raises(ValueError, match="unknown env family 'chess'"):
+        Agent("chess", tokenizer)
     with pytest.raises(ValueError, match="no action parser"):
-        parse_action("sokoban", "x")
+        parse_action("chess", "x")
 
 
 # --- prompts ----------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ def test_builtin_specs_and_legacy_views():
     assert not get_family("alfworld").thread_safe and get_family("search").thread_safe
     from gigpo.policy.tiny import TinyConfig, _engines
 
-    assert TinyConfig().families == (("alfworld", 6), ("webshop", 40), ("search", 150))
+    assert TinyConfig().families == (("alfworld", 6), ("webshop", 40), ("search", 150), ("sokoban", 40))
     assert _engines(TinyConfig()) == ["alfworld", "textworld", "bm25s"]
 
 
@@ -328,7 +328,7 @@ def test_entry_point_family_is_loaded_lazily(registry, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     registry._reset_for_tests()
     assert get_family("echo").module == "gigpo_echo_family"
-    assert list(families())[:4] == ["alfworld", "webshop", "search", "echo"]
+    assert list(families())[:5] == ["alfworld", "webshop", "search", "sokoban", "echo"]
 
 
 def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):

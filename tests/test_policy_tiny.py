@@ -84,7 +84,7 @@ def test_corpus_has_scaffolding_and_working_families(tiny_dir):
     env_text = corpus
     for s in SCAFFOLD_TEXT:
         env_text = env_text.replace(s, "")
-    markers = {"alfworld": "countertop", "webshop": "click[", "search": "Doc 2"}
+    markers = {"alfworld": "countertop", "webshop": "click[", "search": "Doc 2", "sokoban": "Push every box"}
     for family in meta["families_used"]:
         assert markers[family] in env_text, family
 

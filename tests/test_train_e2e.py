@@ -30,7 +30,7 @@ def _lines(run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["alfworld_tiny", "webshop_tiny", "search_tiny"])
+@pytest.mark.parametrize("name", ["alfworld_tiny", "webshop_tiny", "search_tiny", "sokoban_tiny"])
 def test_few_iterations_change_parameters_and_log_documented_metrics(name, tmp_path):
     from gigpo.train.trainer import Trainer
 

@@ -121,4 +121,27 @@ SEARCH = FamilySpec(
     engines=("bm25s",),
 )
 
-BUILTIN = (ALFWORLD, WEBSHOP, SEARCH)
+def sokoban_reason(action: str) -> str:
+    """The Sokoban family's ``FamilySpec.expert_reason`` (the expert follows a shortest solution)."""
+    return f"Moving {action} keeps me on a shortest way to push every box onto a target without cornering one."
+
+
+# Prompt after verl-agent's Sokoban template: the rules and legend come with the task text
+# (the env's ``instruction``), the grid is the observation.
+SOKOBAN = FamilySpec(
+    name="sokoban",
+    module="gigpo.envs.sokoban",
+    system_prompt="You are an expert agent operating in the Sokoban environment.",
+    action_format=(
+        "Now choose ONE action for this step. First reason step by step inside <think> </think> about where "
+        "the boxes and targets are and how to push a box toward a target without trapping it in a corner. "
+        "Then give exactly one admissible action inside <action> </action>."
+    ),
+    default_history=2,
+    fallback_tail=10,
+    expert_reason=sokoban_reason,
+    # Grids of a few symbols and four actions: few episodes give the tokenizer all of them.
+    tiny_corpus_episodes=40,
+)
+
+BUILTIN = (ALFWORLD, WEBSHOP, SEARCH, SOKOBAN)
