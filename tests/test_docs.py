@@ -1,0 +1,30 @@
+"""The README's library example runs, and every relative link in README.md and docs/ resolves."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_python_example_runs():
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks, "README.md has no python example"
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102 - our own README
+    res = scope["res"]
+    assert res.advantages.shape == (5,) and np.isfinite(res.advantages).all()
+    assert (res.step_groups >= 0).all()
+
+
+def test_relative_links_resolve():
+    broken = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
