@@ -107,28 +107,9 @@ def cmd_eval(argv) -> int:
     _threads(cfg)
     import json
 
-    from gigpo.envs import make_tasks
-    from gigpo.envs.manager import GroupedEnvs
-    from gigpo.policy.base import SamplingParams
-    from gigpo.policy.generate import HFGenerator
-    from gigpo.policy.load import load_policy
-    from gigpo.rollout import eval_rollout
-    from gigpo.train.config import build_agent
-    from gigpo.train.rundir import check_device, check_model_path
+    from gigpo.train.evaluate import evaluate_model
 
-    check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
-    check_device(cfg.model.device)
-    model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
-                             cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
-    e = cfg.env
-    tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
-    step_timeout, reset_timeout = e.timeouts()
-    envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor,
-                       step_timeout=step_timeout, reset_timeout=reset_timeout)
-    agent = build_agent(cfg, tok)
-    params = SamplingParams(temperature=cfg.rollout.eval_temperature, top_p=cfg.rollout.top_p,
-                            max_new_tokens=cfg.rollout.max_response_tokens, seed=cfg.seed)
-    _, m = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)
+    m = evaluate_model(cfg)
     print(json.dumps(m, indent=2))
     return 0
 

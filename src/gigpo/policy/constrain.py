@@ -22,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gigpo.agent.prompts import clean_text
+from gigpo.text import clean_text
 
 OPEN_TAG, CLOSE_TAG = "<action>", "</action>"
 

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from gigpo.agent import Agent, History, format_expert_response
-from gigpo.agent.prompts import clean_text
+from gigpo.text import clean_text
 from gigpo.agent.relabel import holds_task_object, relabel_step
 from gigpo.envs import make_env
 from gigpo.envs.base import Task

@@ -1,0 +1,64 @@
+"""The package's dependency rules (docs/architecture.md, "Packages"), checked on every import,
+module-level or inside a function."""
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "gigpo"
+# package -> the gigpo packages it may import (``text`` is a leaf everyone may use)
+ALLOWED = {
+    "advantages": set(),
+    "batch": set(),
+    "envs": set(),
+    "policy": {"envs"},
+    "agent": {"envs", "policy"},
+    "rollout": {"envs", "agent", "policy", "batch"},
+    "train": {"rollout", "advantages", "policy", "envs", "agent", "batch", "report"},
+    "report": set(),
+    "cli": {"train", "report"},
+}
+
+
+def _imports(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module == "gigpo":
+                yield from (f"gigpo.{a.name}" for a in node.names)
+            else:
+                yield node.module
+
+
+def test_imports_follow_the_layering():
+    bad = []
+    for f in sorted(SRC.rglob("*.py")):
+        rel = f.relative_to(SRC)
+        pkg = rel.parts[0].removesuffix(".py")
+        if pkg in ("__init__", "text"):
+            continue
+        assert pkg in ALLOWED, f"new package {pkg!r}: add its rule to ALLOWED and docs/architecture.md"
+        for name in _imports(f):
+            parts = name.split(".")
+            if parts[0] != "gigpo" or len(parts) < 2 or parts[1] in (pkg, "text", "__init__"):
+                continue
+            if parts[1] not in ALLOWED[pkg]:
+                bad.append(f"{rel}: imports {name} ({pkg} may import {sorted(ALLOWED[pkg]) or 'nothing of gigpo'})")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rules_have_no_cycle():
+    seen, stack = set(), set()
+
+    def visit(p):
+        assert p not in stack, f"dependency cycle through {p}"
+        if p in seen:
+            return
+        stack.add(p)
+        for q in ALLOWED[p]:
+            visit(q)
+        stack.discard(p)
+        seen.add(p)
+
+    for p in ALLOWED:
+        visit(p)
