@@ -9,7 +9,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup train test test-fast bench browser clean
+.PHONY: setup train test test-fast lint bench browser clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,10 @@ test: setup browser
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python benchmarks/advantage_speed.py

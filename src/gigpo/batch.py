@@ -34,6 +34,7 @@ Trajectory columns (length T)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +106,7 @@ class StepBatch:
     def select_rows(self, idx) -> "StepBatch":
         """Rows ``idx`` (trajectory columns kept whole)."""
         idx = np.asarray(idx, dtype=np.int64)
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
@@ -134,7 +135,7 @@ def select_trajectories(batch: StepBatch, keep) -> StepBatch:
     kept_eps = np.unique(batch.traj_episode_id[keep])
     ep_map = {int(e): i for i, e in enumerate(kept_eps)}
     rows = np.flatnonzero(keep[batch.traj_id])
-    kw = {}
+    kw: dict[str, Any] = {}
     for f in fields(batch):
         v = getattr(batch, f.name)
         if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
@@ -164,7 +165,7 @@ def concat_batches(batches) -> StepBatch:
         return batches[0]
     kw: dict = {}
     ep_off = tr_off = 0
-    ids = {"episode_id": [], "traj_id": [], "traj_episode_id": []}
+    ids: dict[str, list[np.ndarray]] = {"episode_id": [], "traj_id": [], "traj_episode_id": []}
     for b in batches:
         ids["episode_id"].append(b.episode_id + ep_off)
         ids["traj_id"].append(b.traj_id + tr_off)

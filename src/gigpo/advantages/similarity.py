@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 try:  # rapidfuzz is a core dependency; without it the bound falls back to difflib's quick_ratio.
     from rapidfuzz.distance import LCSseq
 except ImportError:  # pragma: no cover - depends on the environment
-    LCSseq = None
+    LCSseq = None  # type: ignore[assignment]
 
 
 def matches_needed(total: np.ndarray, thresh: float) -> np.ndarray:
