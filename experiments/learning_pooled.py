@@ -7,7 +7,7 @@ the pooled difference to a baseline variant paired by (comparison, seed). Runs r
 another variant's (``same_run_as``, e.g. ``gigpo_no_step`` = GRPO) are left out. ``--plot``
 draws every run's final success per variant, one marker per comparison, over the start's band.
 
-    python benchmarks/learning_pooled.py docs/results/alfworld:bf16 docs/results/alfworld-fp32:float32 \\
+    python experiments/learning_pooled.py docs/results/alfworld:bf16 docs/results/alfworld-fp32:float32 \\
         --plot docs/results/alfworld-pooled.png
 """
 
@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import learning_report as R  # noqa: E402  (benchmarks/ is not a package)
 
 
