@@ -48,7 +48,7 @@ def autocast_context(model, mode: str):
 
     Only the model's matmuls run in bfloat16; ``response_logprobs`` casts the logits to float32
     before the softmax, so log-probs, ratios and the loss are float32. Measured on the SFT'd
-    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/tiny_run.md).
+    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/notes/bf16-autocast.md).
     """
     if mode == "none":
         return contextlib.nullcontext()

@@ -33,7 +33,7 @@ def parse_action(action: str) -> tuple[str, str | None]:
 
 
 class WebShopEnv:
-    """One WebShop session. See the module docstring; ``info`` keys are in ``gigpo.envs.base``."""
+    """One WebShop shopping episode. See the module docstring; ``info`` keys are in ``gigpo.envs.base``."""
 
     family = "webshop"
 
