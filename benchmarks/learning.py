@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Variant label -> the only config keys that differ between runs. GRPO and the ablations use
 # mean_std_norm (GRPO's std normalisation; the paper's ALFWorld setting), gigpo_mean_norm is
-# GiGPO's "Dr. GRPO"-style variant without std division (spec s.4.1).
+# GiGPO's "Dr. GRPO"-style variant without std division (docs/algorithm.md#normalisation).
 VARIANTS = {
     "gigpo_std_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm"],
     "gigpo_mean_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_norm"],

@@ -1,5 +1,5 @@
 """The bounds behind fast similarity grouping are sound, and every matcher it may use agrees with
-difflib (gigpo.advantages.similarity; GIGPO_SPEC 4.2).
+difflib (gigpo.advantages.similarity; docs/algorithm.md#similarity-grouping).
 
 A wrong bound would silently split a group that the reference joins, so each ingredient is
 checked on its own against difflib / a plain DP, on short and >= 200-char strings (autojunk), in

@@ -4,7 +4,7 @@ Row inputs (N rows, one per agent step):
     prompts   list of int arrays   exact prompt ids
     responses list of int arrays   exact response ids
     advantages float [N]           one scalar per row, broadcast over the row's response tokens
-                                   (GIGPO_SPEC 4.5)
+                                   (docs/algorithm.md#combined-advantage)
     old_logp / ref_logp  list of float arrays (len = response length) or None
 
 Mini-batches of ``mini_batch_rows`` rows each make one optimizer step; inside, rows are split into
