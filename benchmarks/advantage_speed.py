@@ -1,4 +1,4 @@
-"""Speed of gigpo.advantages on synthetic batches shaped like GIGPO_SPEC section 8.
+"""Speed of gigpo.advantages on synthetic batches shaped like ALFWorld's and Search-R1's.
 
 Prints rows, median wall-clock and CPU milliseconds per path, the machine and its load average,
 and whether each goal is met (judged on wall time; CPU time is shown because on a shared, loaded
@@ -45,7 +45,7 @@ def sentence(rng: random.Random, lo: int, hi: int) -> str:
 
 
 def alfworld_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
-    """Spec 8: shared step-0 obs per task; later steps from a 40-state per-task pool with p=0.3,
+    """A shared step-0 obs per task; later steps from a 40-state per-task pool with p=0.3,
     otherwise a unique ~80-150-char obs; reward 10 at the last step with p=0.5."""
     rng = random.Random(seed)
     ep, traj, anchors, rewards = [], [], [], []
@@ -91,7 +91,7 @@ def search_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
 
 
 def search_r1_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
-    """Search-R1's real observation format (spec 6; gigpo.envs.search): the question at step 0,
+    """Search-R1's real observation format (docs/algorithm.md#anchors; gigpo.envs.search): the question at step 0,
     then ``<information>Doc 1(Title: t) text\nDoc 2(...)...\nDoc 3(...)...</information>`` (top 3
     passages of ~190 chars, ~600 chars in all). Rollouts of a task query around the same topic,
     so their top-3 sets overlap: drawn from a per-task pool of 8 passages in rank order, often the

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Variant label -> the only config keys that differ between runs. GRPO and the ablations use
 # mean_std_norm (GRPO's std normalisation; the paper's ALFWorld setting), gigpo_mean_norm is
-# GiGPO's "Dr. GRPO"-style variant without std division (spec s.4.1).
+# GiGPO's "Dr. GRPO"-style variant without std division (docs/algorithm.md#normalisation).
 VARIANTS = {
     "gigpo_std_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm"],
     "gigpo_mean_norm": ["algorithm.estimator=gigpo", "algorithm.mode=mean_norm"],
@@ -59,7 +59,7 @@ IDENTICAL = {"gigpo_no_step": "grpo"}
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
 # every variant). ALFWorld: 10 iterations of 8 tasks x 4 rollouts (half the default job's 20) with
 # the update in bf16 autocast (1.6x faster iterations; gradients at cosine 0.9999 to float32's for
-# every estimator and no estimator-specific effect on results, docs/results.md sixth comparison),
+# every estimator and no estimator-specific effect on results, docs/notes/bf16-autocast.md),
 # and the config's 96 held-out tasks before and after: with two runs in parallel, one thread each,
 # an iteration takes ~40 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
 # gigpo_no_step being GRPO's) fit the 90-minute budget: 65 min measured (float32: ~91).
@@ -78,7 +78,7 @@ COMMON = ["log.progress=false", "log.tensorboard=false", "log.trajectories_every
           "train.torch_threads=1"]
 # Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine, two
 # runs at a time). Iterations by ``train.autocast``: ALFWorld 39 s (bf16) / 65 s (float32), means
-# of the fifth and sixth comparisons; WebShop measured in float32 only, its bf16 figure scaled by
+# of the bf16 and float32 comparisons in docs/results.md; WebShop measured in float32 only, its bf16 figure scaled by
 # ALFWorld's ratio.
 DEFAULT_COST = {"alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
                 "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0}}

@@ -11,7 +11,8 @@ from gigpo.advantages import gigpo, grpo, rloo
 
 
 def loop_gigpo(scores, returns, uids, anchors, mode, w, eps=1e-6):
-    """GIGPO_SPEC 4.1-4.5 written as the reference does: dicts of lists, one row at a time."""
+    """docs/algorithm.md#episode-advantage to #combined-advantage written as the official
+    implementation does: dicts of lists, one row at a time."""
     def stats(values, singleton_mean):
         if len(values) == 1:
             return singleton_mean(values[0]), 1.0
@@ -73,7 +74,7 @@ def test_episode_advantage_sums_to_zero_per_group_in_mean_norm(rows):
     res = gigpo([r[3] for r in rows], [r[4] for r in rows], uids, [r[2] for r in rows])
     for u in set(uids):
         rows_u = [i for i, x in enumerate(uids) if x == u]
-        if len(rows_u) > 1:  # a one-row group keeps its raw score (spec 4.1)
+        if len(rows_u) > 1:  # a one-row group keeps its raw score (docs/algorithm.md#episode-advantage)
             assert abs(res.episode_advantages[rows_u].sum()) < 1e-3
 
 
@@ -84,7 +85,7 @@ def test_all_equal_groups_give_exact_zeros(mode):
 
 
 def test_singletons_follow_the_reference_edge_rules():
-    """Episode singleton → mean 0, std 1; step singleton → A^S = 0 (spec 4.6)."""
+    """Episode singleton → mean 0, std 1; step singleton → A^S = 0 (docs/algorithm.md#edge-cases)."""
     res = gigpo([5.0, 1.0, 3.0], [2.0, 1.0, 0.5], ["solo", "g", "g"], ["x", "y", "z"], mode="mean_std_norm")
     assert res.episode_advantages[0] == pytest.approx(5.0 / (1 + 1e-6))
     assert not res.step_advantages.any()

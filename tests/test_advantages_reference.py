@@ -1,4 +1,5 @@
-"""gigpo.advantages matches the official implementation's outputs (tests/data vectors, GIGPO_SPEC 9)."""
+"""gigpo.advantages matches the official implementation's outputs (tests/data: vectors computed
+by the unmodified official functions)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def same_partition(a, b) -> bool:
 def run_case(case):
     p, x = case["params"], case["inputs"]
     return gigpo(
-        np.asarray(x["token_level_rewards"], np.float32).sum(axis=1),  # unmasked row sum (spec 4.1)
+        # unmasked row sum (docs/algorithm.md#episode-advantage)
+        np.asarray(x["token_level_rewards"], np.float32).sum(axis=1),
         np.asarray(x["step_rewards"], np.float32),
         x["uid"], x["anchor_obs"], mode=p["mode"], step_weight=p["step_advantage_w"],
         similarity_threshold=p["similarity_thresh"] if p["enable_similarity"] else None, epsilon=p["epsilon"],
@@ -38,7 +40,7 @@ def test_reference_advantages_match(case):
     np.testing.assert_allclose(res.episode_advantages, out["episode_advantage_per_sample"], atol=TOL, rtol=0)
     np.testing.assert_allclose(res.step_advantages, out["step_advantage_per_sample"], atol=TOL, rtol=0)
     assert same_partition(res.step_groups, out["step_group_labels"])
-    # The token-level tensor is the row scalar broadcast and masked (spec 4.5).
+    # The token-level tensor is the row scalar broadcast and masked (docs/algorithm.md#combined-advantage).
     mask = np.asarray(case["inputs"]["response_mask"], np.float32)
     np.testing.assert_allclose(res.advantages[:, None] * mask, out["advantages"], atol=TOL, rtol=0)
 
@@ -52,7 +54,10 @@ def test_reference_discounted_returns_match(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_reference_penalty_glue_reproduces_inputs(case):
-    """env_rewards + is_action_valid → the case's step_rewards and row scores (spec 3 steps 2-6)."""
+    """env_rewards + is_action_valid → the case's step_rewards and row scores.
+
+    docs/algorithm.md#step-returns and #invalid-action-penalty.
+    """
     p, x = case["params"], case["inputs"]
     returns = discounted_returns(x["env_rewards"], x["traj_uid"], p["gamma"])
     scores = episode_scores(x["env_rewards"], x["traj_uid"])

@@ -1,4 +1,4 @@
-"""Fast similarity grouping gives exactly the naive greedy difflib partition (GIGPO_SPEC 4.2)."""
+"""Fast similarity grouping gives exactly the naive greedy difflib partition (docs/algorithm.md#similarity-grouping)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Agent: parsing tables (GIGPO_SPEC s.6), prompt contents, history K, overflow handling, expert text."""
+"""Agent: parsing tables (docs/algorithm.md#action-parsing), prompt contents, history K, overflow
+handling, expert text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The actor loss against hand-computed values (GIGPO_SPEC section 5) and micro-batching."""
+"""The actor loss against hand-computed values (docs/algorithm.md#loss) and micro-batching."""
 
 import math
 

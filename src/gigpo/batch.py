@@ -4,14 +4,15 @@ Columnar: per-row arrays of length N (rows of a trajectory are contiguous and in
 ragged token arrays as lists of 1-D arrays, and per-trajectory arrays of length T.
 
 Row columns
-    episode_id   int64 [N]   episode-group id (the spec's ``uid``): all n rollouts of one task
-                             in this iteration share it.
-    traj_id      int64 [N]   trajectory id (the spec's ``traj_uid``), indexes the traj_* arrays.
+    episode_id   int64 [N]   episode-group id (``uid`` in the official implementation;
+                             docs/algorithm.md#rows): all n rollouts of one task in this
+                             iteration share it.
+    traj_id      int64 [N]   trajectory id (its ``traj_uid``), indexes the traj_* arrays.
     step         int32 [N]   step index t within the trajectory (0-based).
-    anchor       object [N]  raw observation the step's action was taken in (GIGPO_SPEC s.6).
+    anchor       object [N]  raw observation the step's action was taken in (docs/algorithm.md#anchors).
     reward       float32 [N] env reward returned for this step.
     done         bool [N]    the env finished at this step (won, lost or truncated).
-    valid        bool [N]    the response parsed to a valid action (spec s.6); invalid ones
+    valid        bool [N]    the response parsed to a valid action (docs/algorithm.md#action-parsing); invalid ones
                              were still sent to the env and get the invalid-action penalty.
     prompt_ids   list[int32 array]    exact prompt token ids the model saw.
     response_ids list[int32 array]    exact generated token ids (never re-tokenized).

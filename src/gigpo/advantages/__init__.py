@@ -4,7 +4,7 @@ One row = one agent step. The trainer calls only ``compute_advantages(name, ...)
 are public so other trainers (verl, TRL) can use them directly:
 
 - ``discounted_returns``, ``episode_scores``, ``apply_invalid_action_penalty``: return glue
-  (GIGPO_SPEC 3 and 4.4);
+  (docs/algorithm.md#step-returns, #invalid-action-penalty);
 - ``gigpo`` (exact or similarity anchor grouping), ``grpo``, ``rloo`` → ``AdvantageResult``;
   ``exact_step_groups`` (``grouping.py``) and ``similarity_step_groups`` (``similarity.py``:
   difflib-exact greedy clustering, pruned by a sound LCS bound) build the step groups;

@@ -68,7 +68,8 @@ def as_codes(ids, name: str, n: int, dense: bool = True) -> np.ndarray:
 
 def check_mode(mode: str) -> None:
     if mode not in NORM_MODES:
-        raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm' (GIGPO_SPEC 4), got {mode!r}")
+        raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm' (docs/algorithm.md#normalisation), "
+                         f"got {mode!r}")
 
 
 def check_epsilon(epsilon: float) -> None:

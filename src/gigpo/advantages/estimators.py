@@ -1,8 +1,8 @@
 """Advantage estimators over plain row arrays: GiGPO (paper Eqs. 3-8), GRPO, RLOO.
 
 Rows are agent steps (length N). Ids are any 1-D arrays of ints/strings (only equality matters).
-All outputs are float32 [N], like the reference (GIGPO_SPEC 4: float32 torch); statistics are
-computed in float64 and cast, which matches the reference to ~1e-6.
+All outputs are float32 [N], like the official implementation (docs/algorithm.md#normalisation);
+statistics are computed in float64 and cast, which matches the reference to ~1e-6.
 """
 
 from __future__ import annotations
@@ -47,13 +47,13 @@ def group_stats(x: np.ndarray, codes: np.ndarray, with_std: bool = True):
 
 
 def _normalise(x, count, mean, std, mode: str, epsilon: float) -> np.ndarray:
-    if mode == "mean_norm":  # F(x) = x - mean (spec 4)
+    if mode == "mean_norm":  # F(x) = x - mean (docs/algorithm.md#normalisation)
         return x - mean
-    return (x - mean) / (std + epsilon)  # epsilon added to the std, not the variance (spec 4)
+    return (x - mean) / (std + epsilon)  # epsilon added to the std, not the variance (docs/algorithm.md#normalisation)
 
 
 def episode_advantage(scores, codes, mode: str, epsilon: float) -> np.ndarray:
-    """A^E (Eq. 3) with statistics over every row of the episode group (spec 4.1).
+    """A^E (Eq. 3) with statistics over every row of the episode group (docs/algorithm.md#episode-advantage).
 
     A group with exactly one row uses mean 0, std 1 (the reference's singleton rule).
     """
@@ -65,7 +65,10 @@ def episode_advantage(scores, codes, mode: str, epsilon: float) -> np.ndarray:
 
 
 def step_advantage(step_returns, groups, mode: str, epsilon: float) -> np.ndarray:
-    """A^S (Eq. 7): normalise returns within each step group; a size-1 group gives 0 (spec 4.3)."""
+    """A^S (Eq. 7): normalise returns within each step group; a size-1 group gives 0.
+
+    docs/algorithm.md#step-advantage.
+    """
     count, mean, std = group_stats(step_returns, groups, mode != "mean_norm")
     single = count == 1
     mean = np.where(single, step_returns, mean)  # reference: mean := the value itself, std := 1
@@ -75,13 +78,13 @@ def step_advantage(step_returns, groups, mode: str, epsilon: float) -> np.ndarra
 
 def gigpo(scores, step_returns, episode_ids, anchors, *, mode: str = "mean_norm", step_weight: float = 1.0,
           similarity_threshold: float | None = None, epsilon: float = 1e-6, anchor_key=None) -> AdvantageResult:
-    """GiGPO advantages A = A^E + step_weight * A^S (paper Eq. 8, GIGPO_SPEC 4.1-4.6).
+    """GiGPO advantages A = A^E + step_weight * A^S (paper Eq. 8, docs/algorithm.md#combined-advantage).
 
     scores        float [N]  episode score of each row's trajectory, after the invalid-action
                              penalty (see ``apply_invalid_action_penalty``).
     step_returns  float [N]  the row's discounted return, after the penalty.
     episode_ids   any [N]    episode-group id (all rollouts of one task this iteration).
-    anchors       [N]        the raw observation each step acted in (spec 6).
+    anchors       [N]        the raw observation each step acted in (docs/algorithm.md#anchors).
     mode          "mean_norm" (x - mean) or "mean_std_norm" ((x - mean) / (std + epsilon),
                   unbiased std).
     similarity_threshold  None → exact anchor grouping; a float in (0, 1) → greedy difflib
@@ -140,7 +143,7 @@ def grpo(scores, episode_ids, traj_ids=None, *, mode: str = "mean_std_norm", eps
     ``mode``: ``mean_std_norm`` (default, GRPO's std division) or ``mean_norm`` (x - mean).
     ``cross_steps=True`` (default, as the reference's ``compute_mean_std_cross_steps=True``):
     the statistics run over every row of the episode group, exactly GiGPO's episode part
-    (GIGPO_SPEC 4.1), so a group with one row uses mean 0, std 1.
+    (docs/algorithm.md#baselines), so a group with one row uses mean 0, std 1.
     ``cross_steps=False``: ONE score per trajectory (its first row's) forms the statistics, the
     textbook GRPO; a group with one trajectory uses mean 0, std 1. Every row is still normalised
     with its own score, so when all trajectories tie but a row carries the invalid-action penalty,

@@ -1,4 +1,4 @@
-"""Anchor-state step groups (paper Eq. 6; GIGPO_SPEC 4.2): exact grouping and anchor keys.
+"""Anchor-state step groups (paper Eq. 6; docs/algorithm.md#step-groups): exact grouping and anchor keys.
 
 Exact and similarity grouping (``similarity.py``, re-exported here) both return one int label
 per row, numbered 0, 1, 2, ... in order of first appearance. Step groups never cross episode
@@ -11,7 +11,7 @@ import numpy as np
 
 
 def hashable_anchor(anchor, name: str = "anchors"):
-    """The reference's exact-grouping key of one anchor (spec 4.2).
+    """The reference's exact-grouping key of one anchor (docs/algorithm.md#step-groups).
 
     str/int/float/bool as is; numpy scalars → Python scalar; ndarray → tuple of its flattened
     values (shape discarded, as the reference does); list/tuple → tuple of converted elements;
@@ -50,7 +50,8 @@ def _anchor_codes(anchors, n: int, anchor_key) -> np.ndarray:
         items = anchors if type(anchors) is list else list(anchors)  # read only: no copy needed
     if anchor_key is not None:
         keys = [anchor_key(a) for a in items]
-    elif set(map(type, items)) <= {str}:  # the common case: observation text, used as is (spec 4.2)
+    # the common case: observation text, used as is (docs/algorithm.md#step-groups)
+    elif set(map(type, items)) <= {str}:
         keys = items
     else:
         keys = [hashable_anchor(a) for a in items]

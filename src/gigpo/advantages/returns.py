@@ -1,7 +1,7 @@
 """Per-row return glue: discounted returns, episode scores, the invalid-action penalty.
 
 All functions take row-aligned 1-D arrays (one entry per agent step, length N) and return new
-float32 arrays of length N (the reference computes in float32, GIGPO_SPEC 4.4).
+float32 arrays of length N (as the official implementation does, docs/algorithm.md#step-returns).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def discounted_returns(rewards, traj_ids, gamma: float) -> np.ndarray:
     traj_ids any  [N]   trajectory id of each row. Rows of one trajectory must be in time order
                         relative to each other; trajectories may be interleaved in any order.
     gamma    float in [0, 1].
-    Returns float32 [N]; the return after a trajectory's last row is 0 (spec 4.4).
+    Returns float32 [N]; the return after a trajectory's last row is 0 (docs/algorithm.md#step-returns).
 
     O(N) numpy work plus one vector step per time index (max trajectory length), not per row.
     """
@@ -86,7 +86,9 @@ def episode_scores(rewards, traj_ids) -> np.ndarray:
 
 
 def apply_invalid_action_penalty(scores, step_returns, valid, coef: float | None):
-    """Subtract ``coef`` from both the score and the step return of every invalid row (spec 3 step 6).
+    """Subtract ``coef`` from both the score and the step return of every invalid row.
+
+    docs/algorithm.md#invalid-action-penalty.
 
     scores       float [N]  episode score of each row's trajectory.
     step_returns float [N]  discounted return of each row.

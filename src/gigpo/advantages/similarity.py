@@ -1,4 +1,4 @@
-"""Similarity step groups (GIGPO_SPEC 4.2, the Search script's ``enable_similarity``).
+"""Similarity step groups (docs/algorithm.md#similarity-grouping; the Search config's ``enable_similarity``).
 
 ``similarity_step_groups`` gives exactly the reference's greedy single pass: per episode group,
 in batch order, a row joins the FIRST cluster whose representative (its first member) has
@@ -50,7 +50,10 @@ def matches_needed(total: np.ndarray, thresh: float) -> np.ndarray:
 
 
 class _Group:
-    """Greedy clustering state of one episode group (spec 4.2), identical to the naive algorithm."""
+    """Greedy clustering state of one episode group, identical to the naive algorithm.
+
+    docs/algorithm.md#similarity-grouping.
+    """
 
     def __init__(self, strings: list[str], thresh: float, need: np.ndarray, pair_cache: dict):
         self.strings = strings  # all anchors; a string id is the row of its first occurrence
@@ -135,7 +138,7 @@ class _Group:
 
 
 def similarity_step_groups(episode_codes: np.ndarray, anchors, thresh: float) -> np.ndarray:
-    """Greedy similarity clustering per episode group, in batch order (spec 4.2).
+    """Greedy similarity clustering per episode group, in batch order (docs/algorithm.md#similarity-grouping).
 
     A row joins the first cluster (in creation order) whose representative (its first member)
     has ``difflib.SequenceMatcher(None, row_obs, representative).ratio() >= thresh`` (default

@@ -10,7 +10,7 @@ An environment is text in, text out (gymnasium-like):
     ``score`` (float in [0, 1])    the family's task score (WebShop's purchase score, search's exact
                                    match, ALFWorld's won as 0/1).
     ``anchor`` (str)               the raw observation used for GiGPO's anchor-state grouping
-                                   (GIGPO_SPEC section 6). Absent means the observation itself.
+                                   (docs/algorithm.md#anchors). Absent means the observation itself.
     ``admissible_actions`` (list[str])  where the family has them (ALFWorld, WebShop).
     ``instruction`` (str)          the task text, set by ``reset`` for prompt building.
     ``task_type`` (str)            the task's type, for per-type metrics.

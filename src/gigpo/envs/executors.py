@@ -21,7 +21,7 @@ Three executors:
                  ``slot % num_workers == worker``; for slow engines such as ALFWorld. A worker that
                  dies or exceeds ``timeout`` on one env is killed and restarted; every episode it
                  held is lost, the other workers go on. The official implementation runs one Ray
-                 actor per env (GIGPO_SPEC section 6); a few processes holding several envs each is
+                 actor per env; a few processes holding several envs each is
                  the same idea without Ray.
 """
 

@@ -1,8 +1,8 @@
 """The grouped env manager: B tasks x n rollouts, each group reset to the same initial state.
 
 GiGPO (arXiv:2505.10978) compares the n trajectories of a group, so they must start from the same
-state; the official implementation once did not (GIGPO_SPEC section 10, issue #82, fixed by
-seeding per group). Here slot ``i`` always runs ``tasks[i // group_size]`` (group-major: the n
+state; the official implementation once did not (its issue #82, fixed by seeding per
+group; docs/algorithm.md#rollout). Here slot ``i`` always runs ``tasks[i // group_size]`` (group-major: the n
 slots of a group are consecutive, like the reference's interleaved repeat), and ``reset`` checks
 that each group's initial observations and admissible actions agree.
 

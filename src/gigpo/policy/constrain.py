@@ -1,7 +1,7 @@
 """Admissible-action decoding: the text inside ``<action> ... </action>`` limited to a given list.
 
 An option (``rollout.constrain_actions``), off by default and in the paper configs: the reference
-samples free text and penalises invalid actions (GIGPO_SPEC s.6). A model trained from scratch
+samples free text and penalises invalid actions (docs/algorithm.md#action-parsing). A model trained from scratch
 on a CPU budget (``tiny``) cannot learn to copy names from its prompt in minutes; with this
 option it only has to *choose* among the admissible actions, which is the decision GiGPO's step
 credit is about.

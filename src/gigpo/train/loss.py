@@ -1,4 +1,4 @@
-"""The actor loss as the reference computes it (GIGPO_SPEC section 5; verl ``core_algos.py``).
+"""The actor loss as the reference computes it (docs/algorithm.md#loss; verl ``core_algos.py``).
 
 All per-token tensors here are ``[B, L]``: row b is one agent step, column k its k-th response
 token; ``mask`` is 1.0 on real response tokens and 0.0 on right padding.

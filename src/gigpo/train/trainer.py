@@ -1,10 +1,10 @@
 """The training loop: rollout -> returns -> penalty -> advantages -> update, with runs on disk.
 
-One iteration (GIGPO_SPEC section 3):
+One iteration (docs/algorithm.md#iteration):
   1. sample ``tasks_per_iter`` train tasks (deterministic in (seed, iteration));
   2. rollout ``group_size`` episodes per task -> StepBatch (one row per agent step);
   3. discounted returns per trajectory (gamma, paper Eq. 5), episode scores, invalid-action
-     penalty (spec 3.6);
+     penalty (docs/algorithm.md#invalid-action-penalty);
   4. advantages through the estimator registry (one scalar per row);
   5. old log-probs (recomputed, or the sampler's), reference log-probs (once), policy update.
 
@@ -160,7 +160,7 @@ class Trainer:
                   seed=cfg.seed)
         self.model, self.tokenizer = load_policy(model_path, lora={} if cfg.model.lora else None, **kw)
         self.ref_model = None
-        if cfg.train.use_kl:  # frozen reference = the starting policy (spec 5)
+        if cfg.train.use_kl:  # frozen reference = the starting policy (docs/algorithm.md#loss)
             self.ref_model, _ = load_policy(model_path, **kw)
             self.ref_model.eval().requires_grad_(False)
         self.generator = HFGenerator(self.model, self.tokenizer)

@@ -4,7 +4,7 @@ Row inputs (N rows, one per agent step):
     prompts   list of int arrays   exact prompt ids
     responses list of int arrays   exact response ids
     advantages float [N]           one scalar per row, broadcast over the row's response tokens
-                                   (GIGPO_SPEC 4.5)
+                                   (docs/algorithm.md#combined-advantage)
     old_logp / ref_logp  list of float arrays (len = response length) or None
 
 Mini-batches of ``mini_batch_rows`` rows each make one optimizer step; inside, rows are split into
@@ -48,7 +48,7 @@ def autocast_context(model, mode: str):
 
     Only the model's matmuls run in bfloat16; ``response_logprobs`` casts the logits to float32
     before the softmax, so log-probs, ratios and the loss are float32. Measured on the SFT'd
-    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/tiny_run.md).
+    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/notes/bf16-autocast.md).
     """
     if mode == "none":
         return contextlib.nullcontext()

@@ -37,7 +37,7 @@ class AlfworldEnv:
     """One ALFWorld game at a time; see ``gigpo.envs.base`` for the protocol and ``info`` keys.
 
     Args:
-        reward_scale: reward on the winning step (GIGPO_SPEC section 6: 10 * won).
+        reward_scale: reward on the winning step (10 * won, docs/algorithm.md#anchors).
         cache_dir: where generated games are written (default ``$GIGPO_CACHE/alfworld`` or
             ``~/.cache/gigpo/alfworld``).
         expert: ``handcoded`` (ALFWorld's TW expert, planner fallback) or ``planner``.

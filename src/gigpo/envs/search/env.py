@@ -17,7 +17,7 @@ Observations and ``info`` (see also ``gigpo.envs.base``):
                   manager ends as a failed episode, not the policy's failure.
     <answer>   -> ``""``, done; reward = exact match (0/1, ``em.exact_match``) against any golden answer.
     neither    -> Search-R1's "My previous action is invalid. ..." message.
-    ``info["anchor"]`` (GIGPO_SPEC section 6): the question at reset; after a step, the raw tool
+    ``info["anchor"]`` (docs/algorithm.md#anchors): the question at reset; after a step, the raw tool
     output of that step (the ``<information>`` text or the empty-query message), ``""`` when the step had
     no ``<search>`` query.
     ``info["tool_calls"]``: searches issued so far (empty queries included); ``info["score"]`` the

@@ -9,7 +9,7 @@ A goal record uses WebShop's ``get_goals`` fields: ``asin``, ``category``, ``que
 ``product_category``, ``instruction_text``, ``attributes``, ``price_upper``, ``goal_options``.
 
 Goals are shuffled with ``random.seed(233)`` as WebShop's ``SimServer`` does; goal indices < 500
-are the eval split and >= 500 the train split (verl-agent's WebShop env, GIGPO_SPEC section 6).
+are the eval split and >= 500 the train split (verl-agent's WebShop env; docs/algorithm.md#rollout).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Actions are ``search[keywords]`` and ``click[element]``; the element is matched lower-cased against
 the page's clickables. Anything else (unknown element, malformed, empty, huge) leaves the page as
 it is and counts as a step, as in WebShop. ``click[buy now]`` ends the episode with WebShop's
-purchase score; the agent's reward is 10 iff that score is 1.0 (verl-agent, GIGPO_SPEC section 6).
+purchase score; the agent's reward is 10 iff that score is 1.0 (verl-agent; docs/algorithm.md#anchors).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def parse_action(action: str) -> tuple[str, str | None]:
 
 
 class WebShopEnv:
-    """One WebShop session. See the module docstring; ``info`` keys are in ``gigpo.envs.base``."""
+    """One WebShop shopping episode. See the module docstring; ``info`` keys are in ``gigpo.envs.base``."""
 
     family = "webshop"
 
