@@ -4,7 +4,8 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.gigpo-installed
-# One torch thread: envs and the model share two cores here (2 threads ran 10-50x slower).
+# Env workers and tools use one thread; the trainer sets train.torch_threads itself. More torch
+# threads than free cores (e.g. two runs on a 2-core machine) slow torch down many times over.
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1

@@ -182,7 +182,8 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     return (f"{model}, {os.cpu_count()} cores, python {platform.python_version()}, numpy {np.__version__}, "
-            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, matcher {similarity.SequenceMatcher.__module__.split('.')[0]}")
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+            f"matcher {similarity.SequenceMatcher.__module__.split('.')[0]}")
 
 
 def main() -> None:
@@ -219,7 +220,7 @@ def main() -> None:
         returns = discounted_returns(rew, traj, 0.95)
         scores = np.bincount(traj, weights=rew)[traj]
 
-        def sim_path():
+        def sim_path(scores=scores, returns=returns, ep=ep, anchors=anchors, thresh=thresh):
             return gigpo(scores, returns, ep, anchors, mode="mean_std_norm", similarity_threshold=thresh)
 
         ms = median_ms(sim_path, repeats)

@@ -23,7 +23,8 @@ import yaml
 
 EVAL_TAGS = ("eval_before", "eval", "eval_final")
 TRAIN_KEYS = ("rollout/success", "rollout/score", "rollout/episode_length", "rollout/invalid_action_rate",
-              "rollout/num_steps", "train/rows_updated", "actor/kl", "actor/entropy", "actor/grad_norm", "actor/clipfrac",
+              "rollout/num_steps", "train/rows_updated", "actor/kl", "actor/entropy", "actor/grad_norm",
+              "actor/clipfrac",
               "advantage/std", "advantage/min", "advantage/max", "advantage_episode/std", "advantage_step/std",
               "step_groups/num_groups", "step_groups/share_rows_in_size_gt1", "step_groups/mean_size",
               "step_groups/max_size", "time/rollout", "time/advantage", "time/update", "time/iteration")
@@ -318,11 +319,12 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
                                                         if f'eval/success/{t}' in f], 100, 0) for t in types) + " |")
         lines.append("")
     lines += ["Training-rollout diagnostics (means over all iterations and seeds):", "",
-              "| variant | rows / iter | rows updated / iter | episode length | invalid rate | step groups / iter | rows in step groups > 1 "
+              "| variant | rows / iter | rows updated / iter | episode length | invalid rate | step groups / iter "
+              "| rows in step groups > 1 "
               "| mean step-group size | max step-group size | adv std | max abs adv | A^S std | KL | entropy |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for v, runs in groups.items():
-        g = lambda k: train_mean(runs, k)  # noqa: E731
+        g = lambda k, runs=runs: train_mean(runs, k)  # noqa: E731
         lines.append(f"| {v} | {_num(g('rollout/num_steps'), '.0f')} | {_num(g('train/rows_updated'), '.0f')} | "
                      f"{_num(g('rollout/episode_length'), '.1f')} | "
                      f"{_num(g('rollout/invalid_action_rate'), '.3f')} | {_num(g('step_groups/num_groups'), '.0f')} | "

@@ -58,7 +58,7 @@ def bench(name: str, args) -> None:
     best = {k: (float("inf"), 0) for k in runs}
     for r in range(args.repeats):
         for k, fn in runs.items():
-            s, n = timed(lambda: fn(r))
+            s, n = timed(lambda fn=fn, r=r: fn(r))
             if n / s > best[k][1] / best[k][0] if best[k][1] else True:
                 best[k] = (s, n)
     nparams = sum(p.numel() for p in model.parameters())

@@ -82,7 +82,8 @@ def run_seed(args, seed: int, threads: int | None) -> dict:
     metrics = out / f"s{seed}" / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     rss = [json.loads(line).get("system/rss_gb", 0.0) for line in lines if line.strip()]
-    return {"peak_rss_gb": max(rss, default=0.0), "seed": seed, "start": s["success_before"], "final": s["success_final"],
+    return {"peak_rss_gb": max(rss, default=0.0), "seed": seed, "start": s["success_before"],
+            "final": s["success_final"],
             "last": s["success_last"] if s["success_last"] is not None else s["success_final"],
             "delivered_iteration": s["models"]["model"], "iterations": s["iterations"],
             "rollbacks": s["rollbacks"], "stopped": s["stop_reason"], "best_val": s["best_val_success"],

@@ -154,7 +154,8 @@ def test_grpo_and_rloo_equal_plain_loops(rows, normalize_std):
     trajs = [r[1] for r in rows]
     uids = [r[1] % 3 for r in rows]  # a trajectory belongs to exactly one episode group
     scores = [r[2] for r in rows]
-    np.testing.assert_allclose(grpo(scores, uids, trajs, mode="mean_std_norm" if normalize_std else "mean_norm", cross_steps=False).advantages,
+    np.testing.assert_allclose(grpo(scores, uids, trajs, mode="mean_std_norm" if normalize_std else "mean_norm",
+                                    cross_steps=False).advantages,
                                loop_grpo(scores, uids, trajs, normalize_std), rtol=1e-4, atol=1e-3)
     res = rloo(scores, uids, trajs)
     np.testing.assert_allclose(res.advantages, loop_rloo(scores, uids, trajs), rtol=1e-4, atol=1e-4)

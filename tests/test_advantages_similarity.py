@@ -52,7 +52,7 @@ def mutate(rng, s, k):
 def random_batch(seed, n_groups, rows, long):
     rng = random.Random(seed)
     eps, anchors = [], []
-    for g in range(n_groups):
+    for _ in range(n_groups):
         length = rng.randint(200, 320) if long else rng.randint(0, 40)
         base = [("".join(rng.choice("abcde xyz.") for _ in range(length))) for _ in range(3)]
         for _ in range(rows):

@@ -186,6 +186,7 @@ def test_search_expert_response_keeps_tags_and_adds_think():
     t = format_expert_response("search", "<search>author of x</search>")
     p = parse_action("search", t)
     assert p.valid and p.action == "<search>author of x</search>" and "<think>" in t
-    assert format_expert_response("search", "<think>a</think><answer>b</answer>") == "<think>a</think><answer>b</answer>"
+    assert (format_expert_response("search", "<think>a</think><answer>b</answer>")
+            == "<think>a</think><answer>b</answer>")
     with pytest.raises(ValueError, match="<search> or <answer>"):
         format_expert_response("search", "paris")

@@ -35,7 +35,7 @@ def test_runs_share_start_seeds_and_budget_and_differ_only_in_estimator(tmp_path
         per_seed.setdefault(r["seed"], []).append(kv)
     # log.eval_before: the pre-training eval runs once per seed (it is the same for every variant)
     allowed = {"algorithm.estimator", "algorithm.mode", "name", "log.eval_before"}
-    for seed, kvs in per_seed.items():
+    for _seed, kvs in per_seed.items():
         for kv in kvs[1:]:
             differing = {k for k in kv.keys() | kvs[0].keys() if kv.get(k) != kvs[0].get(k)}
             assert differing <= allowed, differing

@@ -209,7 +209,8 @@ def test_valid_seen_eval_split_is_new_layouts_of_training_goals(env):
     words = [task_words(o.split("Your task is to:")[1]) for o in (obs_seen, obs_train)]
     assert [(m.group("obj"), m.group("rec")) for m in words] == [(task.data["spec"]["obj"].lower(),
                                                                   task.data["spec"]["recep"].lower())] * 2
-    assert build_layout(GameSpec(**task.data["spec"]))["objects"] != build_layout(GameSpec(**twin.data["spec"]))["objects"]
+    assert (build_layout(GameSpec(**task.data["spec"]))["objects"]
+            != build_layout(GameSpec(**twin.data["spec"]))["objects"])
     first_scene = env.reset(task)[0]
     for _ in range(50):
         obs, reward, done, info = env.step(env.expert_action())

@@ -120,7 +120,8 @@ def test_slots_are_group_major_and_groups_start_identical():
         for i, (obs, info) in enumerate(first):
             assert envs.group(i) == i // 3
             assert envs.results()[i].task == tasks[i // 3]
-            assert (obs, info["admissible_actions"]) == (first[(i // 3) * 3][0], first[(i // 3) * 3][1]["admissible_actions"])
+            assert (obs, info["admissible_actions"]) == (first[(i // 3) * 3][0],
+                                                         first[(i // 3) * 3][1]["admissible_actions"])
         assert len({first[g * 3][0] for g in range(4)}) == 4
 
 

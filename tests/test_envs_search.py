@@ -173,7 +173,8 @@ def test_http_retriever_against_shipped_server_matches_local_bm25(small_retrieve
         action = "<search>where was Quorvath Pellin born</search>"
         assert env_http.step(action)[0] == env_local.step(action)[0]
         # A bad request is a clear 400, not a crash of the server.
-        bad = urllib.request.Request(url, data=b'{"queries": "not a list"}', headers={"Content-Type": "application/json"})
+        bad = urllib.request.Request(url, data=b'{"queries": "not a list"}',
+                                     headers={"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(bad, timeout=10)
         assert err.value.code == 400
@@ -244,7 +245,8 @@ def test_search_r1_parquet_tasks_and_jsonl_corpus(tmp_path):
          "extra_info": {"split": "test", "index": 0}},
         {"id": "test_1", "question": "In which republic is Brisk Hollow?", "golden_answers": None,
          "data_source": "hotpotqa", "prompt": [{"role": "user", "content": "..."}], "ability": "fact-reasoning",
-         "reward_model": {"style": "rule", "ground_truth": {"target": ["Tamsor"]}}, "extra_info": {"split": "test", "index": 1}},
+         "reward_model": {"style": "rule", "ground_truth": {"target": ["Tamsor"]}},
+         "extra_info": {"split": "test", "index": 1}},
     ]
     path = tmp_path / "test.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)

@@ -389,3 +389,25 @@ def test_docs_example_is_the_fixture():
     doc = (ROOT / "docs" / "extending.md").read_text()
     example = doc.split("```python\nimport random\n", 1)[1].split("```", 1)[0]
     assert ("import random\n" + example) in PLUGIN_PKG.joinpath("__init__.py").read_text()
+
+
+@pytest.mark.slow
+def test_cli_trains_with_a_plugin_estimator_and_family(tmp_path):
+    """An estimator registered in the user's own module is chosen from the CLI
+    (algorithm.estimator_module), as a family is (env.family_module); gigpo is not edited."""
+    est = ROOT / "tests" / "data" / "plugin_estimator" / "my_estimators.py"
+    res = _train(tmp_path, ["env.family=echo", f"env.family_module={PLUGIN_PKG}", "algorithm.estimator=signed_grpo",
+                            f"algorithm.estimator_module={est}", "algorithm.mode=null"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    _assert_trained_one_iteration(tmp_path / "echo_run")
+    from gigpo.train.config import ConfigError, load_config
+
+    cfg = load_config(None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}",
+                             "algorithm.options.scale=0.5"])
+    assert cfg.algorithm.estimator_options() == {"scale": 0.5}
+    with pytest.raises(ConfigError, match="algorithm.options.shift.*no option 'shift'"):
+        load_config(None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}",
+                           "algorithm.options.shift=1"])
+    bad = _train(tmp_path, ["env.family=echo", f"env.family_module={PLUGIN_PKG}", "algorithm.estimator=signed_grpo",
+                            f"algorithm.estimator_module={est}", "algorithm.step_weight=2", "name=bad"])
+    assert bad.returncode == 2 and "'signed_grpo' has no option 'step_weight'" in bad.stderr

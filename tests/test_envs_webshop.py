@@ -129,11 +129,13 @@ def test_navigation_search_results_paging_item_options_buy(env, eval_tasks):
     assert env.step("click[< prev]")[0] == obs1
     product = env.catalog.by_asin[asins[0]]
     obs, _, _, info = env.step(f"click[{asins[0].lower()}]")
-    assert f"Back to Search [SEP] < Prev [SEP] " in obs and obs.endswith("Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    assert "Back to Search [SEP] < Prev [SEP] " in obs
+    assert obs.endswith("Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
     assert f"Price: {product['Price']}" in obs and product["Title"] in obs
     values = [v for vs in product["options"].values() for v in vs]
     assert info["admissible_actions"] == ["click[back to search]", "click[< prev]", "click[description]",
-                                          "click[features]", "click[reviews]", "click[buy now]"] + [f"click[{v}]" for v in values]
+                                          "click[features]", "click[reviews]", "click[buy now]"] + [
+                                              f"click[{v}]" for v in values]
     item_obs = obs
     obs, *_ = env.step("click[features]")
     assert obs.split(SEP)[2:4] == ["Back to Search", "< Prev"] and product["BulletPoints"][0] in obs
@@ -226,7 +228,8 @@ def test_train_eval_splits_are_disjoint_and_deterministic():
     assert len(evals) == 500 and len(train) == len(generate_catalog().goals) - 500
     assert {t.task_id for t in train}.isdisjoint({t.task_id for t in evals})
     cat = generate_catalog()
-    assert {cat.goals[int(t.task_id)]["asin"] for t in train}.isdisjoint({cat.goals[int(t.task_id)]["asin"] for t in evals})
+    assert {cat.goals[int(t.task_id)]["asin"] for t in train}.isdisjoint(
+        {cat.goals[int(t.task_id)]["asin"] for t in evals})
     assert all(int(t.task_id) < 500 for t in evals)
     assert make_tasks("train", n=8, seed=3) == make_tasks("train", n=8, seed=3) != make_tasks("train", n=8, seed=4)
     assert {t.task_type for t in train} == {"beauty", "electronics", "fashion", "grocery", "garden"}
@@ -265,10 +268,12 @@ def _write_webshop_files(d, n=24):
             "name": f"Brand{i} {kind.title()} Model {i}", "product_category": f"Root › Sub{i % 3} › {kind.title()}",
             "full_description": f"A {kind} number {i}.", "small_description": [f"Feature {i} of the {kind}"],
             "pricing": "$12.99" if i % 2 else "$20.00 - $25.00", "images": ["img.jpg"],
-            "customization_options": {"Color": [{"value": "Dark/Brown", "image": None}, {"value": "Jet Black", "image": None}],
+            "customization_options": {"Color": [{"value": "Dark/Brown", "image": None},
+                                                {"value": "Jet Black", "image": None}],
                                       "Size": [{"value": f"{10 + i} Inch", "image": None}]},
         })
-        ins[asin] = {"attributes": ["long lasting", f"style {i}"], "instruction": f"i need a {kind} that is long lasting",
+        ins[asin] = {"attributes": ["long lasting", f"style {i}"],
+                     "instruction": f"i need a {kind} that is long lasting",
                      "instruction_attributes": ["long lasting"]}
         human[asin] = [{"instruction": f"i want a {kind} which is long lasting in jet black.",
                         "instruction_attributes": ["long lasting"], "instruction_options": ["jet black"]}]

@@ -69,7 +69,8 @@ def test_report_renders_in_chromium(browser, tmp_path):
     by_group: dict[str, set] = {}
     for g, c in looped:
         by_group.setdefault(g, set()).add(c)
-    assert all(len(c) == 1 for c in by_group.values()) and len({next(iter(c)) for c in by_group.values()}) == len(by_group)
+    assert all(len(c) == 1 for c in by_group.values())
+    assert len({next(iter(c)) for c in by_group.values()}) == len(by_group)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
 

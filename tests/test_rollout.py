@@ -184,7 +184,8 @@ def test_jsonl_has_one_line_per_step_with_advantages(family_run, tmp_path, tiny)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert len(lines) == N
     for i, rec in enumerate(lines):
-        assert (rec["traj_id"], rec["step"], rec["action"]) == (int(batch.traj_id[i]), int(batch.step[i]), batch.action[i])
+        assert (rec["traj_id"], rec["step"], rec["action"]) == (int(batch.traj_id[i]), int(batch.step[i]),
+                                                                batch.action[i])
         assert rec["anchor"] == batch.anchor[i] and rec["A_E"] == float(i) and rec["step_group"] == i % 3
         assert rec["prompt"] == tiny[1].decode(batch.prompt_ids[i].tolist())
     with pytest.raises(ValueError, match="one value per row"):

@@ -57,7 +57,8 @@ def test_few_iterations_change_parameters_and_log_documented_metrics(name, tmp_p
     saved = AutoModelForCausalLM.from_pretrained(cfg.run_dir / "model")
     assert all(torch.equal(a, b) for a, b in zip(saved.state_dict().values(), tr.model.state_dict().values()))
     assert set(json.loads((cfg.run_dir / "phases.json").read_text())) >= {"model_build", "train", "eval_after"}
-    assert not any(isinstance(v, str) and k != "tag" for x in lines if x["tag"] != "guard" for k, v in x.items())  # no "nan" strings
+    # no "nan" strings
+    assert not any(isinstance(v, str) and k != "tag" for x in lines if x["tag"] != "guard" for k, v in x.items())
     docs = (CONFIGS.parent / "docs" / "metrics.md").read_text()
     for key in train[0]:
         if key.startswith(("rollout/success/",)):

@@ -43,7 +43,8 @@ def _batch(rewards_per_traj, group_size, failed=None):
         traj_score=np.asarray([float(sum(r)) for r in rewards_per_traj], np.float32),
         traj_length=np.asarray([len(r) for r in rewards_per_traj], np.int32),
         traj_failed=np.asarray(failed if failed is not None else [False] * T),
-        traj_truncated=np.zeros(T, bool), meta={"group_size": group_size, "prompts": n, "traj_tool_calls": list(range(T))})
+        traj_truncated=np.zeros(T, bool),
+        meta={"group_size": group_size, "prompts": n, "traj_tool_calls": list(range(T))})
 
 
 def _adv(batch, estimator):

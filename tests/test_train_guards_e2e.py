@@ -4,7 +4,6 @@ best-model selection."""
 
 import json
 
-import numpy as np
 import pytest
 import torch
 

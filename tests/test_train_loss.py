@@ -68,7 +68,8 @@ def test_aggregation_modes_hand_values():
     assert float(agg_loss(loss, mask, "seq-mean-token-sum")) == pytest.approx((6 + 4) / 2)
     assert float(agg_loss(loss, mask, "seq-mean-token-mean")) == pytest.approx((2 + 4) / 2)
     # padding never counts, whatever value sits there
-    loss2 = loss.clone(); loss2[1, 1:] = 100.0
+    loss2 = loss.clone()
+    loss2[1, 1:] = 100.0
     for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean"):
         assert float(agg_loss(loss2, mask, mode)) == float(agg_loss(loss, mask, mode))
 

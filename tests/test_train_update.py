@@ -75,7 +75,8 @@ def test_nan_loss_skips_update_keeps_weights_and_stops_after_three():
     cfg = TrainConfig(lr=1e-3, mini_batch_rows=4, max_bad_updates=3)
     up = PolicyUpdater(m, cfg, pad_token_id=0)
     old = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=8192)
-    bad = adv.copy(); bad[0] = np.nan
+    bad = adv.copy()
+    bad[0] = np.nan
     before = _params(m)
     for _ in range(2):
         out = up.update(prompts, responses, bad, old)

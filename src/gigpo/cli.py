@@ -90,7 +90,8 @@ def cmd_train(argv) -> int:
         from gigpo.train.checkpoint import latest_checkpoint
 
         ck = latest_checkpoint(cfg.run_dir)
-        saved = f" (last checkpoint: {ck.name})" if ck is not None and ck.name != f"iter_{trainer.iteration:06d}" else ""
+        saved = (f" (last checkpoint: {ck.name})"
+                 if ck is not None and ck.name != f"iter_{trainer.iteration:06d}" else "")
         print(f"\ngigpo: stopped at iteration {trainer.iteration}{saved}; resume with: gigpo train --resume "
               f"{cfg.run_dir}", file=sys.stderr)
         return 130

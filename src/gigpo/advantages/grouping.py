@@ -59,7 +59,8 @@ def _anchor_codes(anchors, n: int, anchor_key) -> np.ndarray:
         return first_rows(keys)
     except TypeError:
         bad = next(k for k in keys if not _is_hashable(k))
-        raise TypeError(f"anchors: anchor_key returned an unhashable {type(bad).__name__}; return a hashable key") from None
+        raise TypeError(f"anchors: anchor_key returned an unhashable {type(bad).__name__}; "
+                        "return a hashable key") from None
 
 
 def first_rows(keys: list) -> np.ndarray:
@@ -125,4 +126,4 @@ def exact_step_groups(episode_codes: np.ndarray, anchors, anchor_key=None) -> np
     return _rank_reps(rep)
 
 
-from .similarity import similarity_step_groups  # noqa: E402  (re-exported: the similarity path)
+from .similarity import similarity_step_groups  # noqa: E402, F401  (re-exported: the similarity path)

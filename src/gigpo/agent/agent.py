@@ -46,7 +46,7 @@ class Agent:
         tokenizer: a Hugging Face tokenizer; its chat template is used when it has one, otherwise
             the message is wrapped as ``"User: ...\\nAssistant:"``.
         history_length: K, the number of past (observation, action) pairs shown
-            (default 2; 4 for search, GIGPO_SPEC s.7).
+            (default 2; 4 for search, docs/algorithm.md#paper-settings).
         max_prompt_tokens: longest prompt in tokens (spec scripts: 2048 / 4096).
         constrain_actions: decode the ``<action>`` text only from the admissible actions
             (``gigpo.policy.constrain``; an option, not the reference behaviour). Families whose
@@ -150,10 +150,11 @@ class Agent:
             from gigpo.policy.constrain import ActionVocab
 
             self._vocab = ActionVocab(self.tokenizer)
-        # The parser lower-cases and strips the action text (spec s.6): allow the env's form of it.
+        # The parser lower-cases and strips the action text (docs/algorithm.md#action-parsing):
+        # allow the env's form of it.
         return self._vocab.constraint([a.strip().lower() for a in admissible_actions])
 
     # -- responses -------------------------------------------------------------------------
     def parse(self, response_text: str) -> ParsedAction:
-        """The action sent to the env and its validity (GIGPO_SPEC s.6)."""
+        """The action sent to the env and its validity (docs/algorithm.md#action-parsing)."""
         return parse_action(self.spec, response_text)

@@ -24,7 +24,8 @@ def format_expert_response(family, action: str, *, think: str = "reason") -> str
     ``search`` syntax: the expert's text already has its ``<search>``/``<answer>`` tag; a short
     ``<think>`` is prepended when it has none.
 
-    ``think="empty"``: ``<think></think>`` instead of the reason (still a valid response, spec s.6).
+    ``think="empty"``: ``<think></think>`` instead of the reason (still a valid response,
+    docs/algorithm.md#action-parsing).
     A model that cannot yet read its prompt writes reasons unrelated to its action (the reason names
     the action's target, so it *is* the decision, made without the admissible-action mask); an empty
     one leaves every decision to the action text, where ``rollout.constrain_actions`` applies.

@@ -2,7 +2,7 @@
 
 Like verl-agent's ``SimpleMemory``: every step stores the observation the action was taken in and
 the action sent to the env; a prompt shows the most recent K of them (``env.history_length``:
-2 for ALFWorld/WebShop, 4 for search, GIGPO_SPEC s.7). For search the stored observation is the
+2 for ALFWorld/WebShop, 4 for search, docs/algorithm.md#paper-settings). For search the stored observation is the
 tool output the previous query produced, so history reads results, query, results, query, ...
 """
 

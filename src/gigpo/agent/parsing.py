@@ -1,4 +1,5 @@
-"""Action parsing ("projection") and validity per env family, exactly as GIGPO_SPEC section 6.
+"""Action parsing ("projection") and validity per env family, exactly as the reference
+(docs/algorithm.md#action-parsing).
 
 ALFWorld / WebShop (verl-agent ``alfworld_projection`` / ``webshop_projection``):
   * the response is lower-cased;
@@ -34,7 +35,7 @@ _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 class _FallbackTail(Mapping):
     """``family -> FamilySpec.fallback_tail`` for the families with ``action`` syntax: characters of
-    the response tail sent to the env when the action tags are missing (spec s.6)."""
+    the response tail sent to the env when the action tags are missing (docs/algorithm.md#action-parsing)."""
 
     def __getitem__(self, family: str) -> int:
         spec = families().get(family)
@@ -76,7 +77,7 @@ class ParsedAction:
     """The parse of one response.
 
     action: the text sent to the env.
-    valid:  the response followed the format (spec s.6); invalid ones get the penalty.
+    valid:  the response followed the format (docs/algorithm.md#action-parsing); invalid ones get the penalty.
     kind:   ``action`` (ALFWorld/WebShop tags found), ``search`` / ``answer`` (search family),
             or ``none`` (no tags found; ``action`` is the fallback text).
     """

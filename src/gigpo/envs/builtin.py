@@ -1,6 +1,6 @@
 """The built-in env families' specs (registered by ``gigpo.envs.spec`` on its first lookup).
 
-Prompt texts follow verl-agent's ``prompts/<env>.py``; history lengths are GIGPO_SPEC s.7, the
+Prompt texts follow verl-agent's ``prompts/<env>.py``; history lengths are docs/algorithm.md#paper-settings, the
 fallback tails s.6.
 """
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
-import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
@@ -175,22 +173,10 @@ def load_family_module(ref: str) -> list[FamilySpec]:
     package directory, whose parent directory is put first on ``sys.path`` (worker processes
     inherit it) so a family in a local directory needs no packaging.
     """
-    if not isinstance(ref, str) or not ref:
-        raise ValueError(f"env.family_module must be a module name or a path, got {ref!r}")
-    name = ref
-    if "/" in ref or "\\" in ref or ref.endswith(".py"):
-        path = Path(ref).expanduser().resolve()
-        if not path.exists():
-            raise ValueError(f"env.family_module: {ref!r} does not exist (give a .py file, a package "
-                             "directory, or a dotted module name)")
-        name = path.stem if path.suffix == ".py" else path.name
-        if str(path.parent) not in sys.path:
-            sys.path.insert(0, str(path.parent))
-    try:
-        mod = importlib.import_module(name)
-    except Exception as e:  # noqa: BLE001 -- any import failure gets the same actionable message
-        raise ValueError(f"env.family_module: cannot import {name!r} ({type(e).__name__}: {e}); put its "
-                         "directory on PYTHONPATH or give its path") from e
+    from gigpo._imports import import_ref
+
+    mod = import_ref(ref, "env.family_module")
+    name = mod.__name__
     got = getattr(mod, "FAMILY_SPEC", None)
     if got is None:
         raise ValueError(f"env.family_module: module {name!r} has no FAMILY_SPEC (a gigpo.envs.spec.FamilySpec)")

@@ -191,7 +191,8 @@ def load_policy(
         seed: torch seed set before LoRA initialisation (adapter weights are random).
 
     Returns:
-        ``(model, tokenizer)``: the model on ``device`` in eval mode (call ``.train()`` to update). The tokenizer always has a pad token (EOS when the model defines none).
+        ``(model, tokenizer)``: the model on ``device`` in eval mode (call ``.train()`` to update).
+        The tokenizer always has a pad token (EOS when the model defines none).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -202,7 +203,8 @@ def load_policy(
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
-        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), not a usable "
+        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), "
+                            "not a usable "
                             "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -39,7 +39,8 @@ TAG_TOKENS = [
 ]
 
 QWEN2_PRETOKENIZE_REGEX = (  # transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
 # Qwen2-style ChatML template (without Qwen's default system prompt).

@@ -104,7 +104,8 @@ def viewer_data(run: RunData) -> dict:
     for cap in TEXT_CAPS:
         n = list(notes)
         its = [_iteration_digest(raw[it], cap, n, it) for it in chosen if raw[it]]
-        data = {"iterations": [d for d in its if d["tasks"]], "notes": n + [f"texts longer than {cap} characters are cut"]}
+        data = {"iterations": [d for d in its if d["tasks"]],
+                "notes": n + [f"texts longer than {cap} characters are cut"]}
         if len(json.dumps(data)) <= MAX_BYTES:
             return data
     # Still too big with the shortest texts: drop iterations from the middle until it fits.

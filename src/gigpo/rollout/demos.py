@@ -45,9 +45,9 @@ def collect_expert_demos(
     ``seed``: ALFWorld's handcoded expert draws from the global ``random`` module (which of several
     objects of interest to fetch); it is seeded per task from ``seed`` and the task id, and the
     caller's ``random`` state is restored, so the demos are a function of the tasks and ``seed``.
-    ``relabel``: families with ``FamilySpec.sft_relabel`` (ALFWorld); up to this many counterfactual rows per task-dependent step, the
-    task naming another object / receptacle type in view (``gigpo.agent.relabel``), each right
-    after its step's own row.
+    ``relabel``: families with ``FamilySpec.sft_relabel`` (ALFWorld); up to this many counterfactual
+    rows per task-dependent step, the task naming another object / receptacle type in view
+    (``gigpo.agent.relabel``), each right after its step's own row.
     """
     if agent.family != family:
         raise ValueError(f"collect_expert_demos: agent is for {agent.family!r}, env family is {family!r}")
@@ -78,7 +78,8 @@ def collect_expert_demos(
                     for task_v, action_v in relabel_step(task_text, action, admissible,
                                                          holds_task_object(task_text, actions), relabel):
                         text_v = format_expert_response(agent.spec, action_v, think=think)
-                        episode.append(_demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible, with_allowed))
+                        episode.append(_demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible,
+                                                 with_allowed))
                 actions.append(action)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)

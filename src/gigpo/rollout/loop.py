@@ -1,9 +1,9 @@
 """The step-wise multi-turn rollout loop: envs + agent + generator -> StepBatch.
 
 Per step, for the envs STILL RUNNING only (the reference generates for finished envs too and drops
-those rows, GIGPO_SPEC s.3.1; skipping them saves that compute and gives the same rows):
+those rows, docs/algorithm.md#rollout; skipping them saves that compute and gives the same rows):
 build each prompt (task + last K (obs, action) pairs + obs + admissible actions), generate all
-responses in one batch, decode, parse (spec s.6), step the envs, record one row per env.
+responses in one batch, decode, parse (docs/algorithm.md#action-parsing), step the envs, record one row per env.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def eval_rollout(
     progress: bool = False,
 ) -> tuple[StepBatch, dict]:
     """One rollout per task (``envs`` built with ``group_size=1``), sampled at temperature 0.4
-    (the paper's validation setting, GIGPO_SPEC s.7) unless ``params`` is given.
+    (the paper's validation setting, docs/algorithm.md#rollout) unless ``params`` is given.
 
     Returns ``(batch, metrics)``; see ``gigpo.rollout.metrics.rollout_metrics`` for the keys.
     """

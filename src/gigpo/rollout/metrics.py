@@ -5,7 +5,7 @@ Keys (fixed names):
     success/<task_type>     the same per task type
     score                   mean task score (WebShop purchase score, search EM, ALFWorld won)
     episode_length          mean steps per trajectory
-    invalid_action_rate     fraction of steps whose response did not parse (GIGPO_SPEC s.6)
+    invalid_action_rate     fraction of steps whose response did not parse (docs/algorithm.md#action-parsing)
     failed_rate, truncated_rate   fraction of trajectories with an env fault / cut at max_steps
     tool_calls_per_question mean tool calls per trajectory (search family only)
     ...                     a family's ``FamilySpec.metrics`` keys (search: tool_calls_per_question)

@@ -5,7 +5,7 @@ dotted keys (``algorithm.estimator=grpo train.lr=1e-5``). Unknown keys and wrong
 ``ConfigError`` naming the key and the closest valid one; every section validates itself in
 ``__post_init__`` so a loaded config never fails late.
 
-Defaults follow GIGPO_SPEC section 7 (the reference's GiGPO scripts) unless a field says otherwise.
+Defaults follow the reference's GiGPO scripts (docs/algorithm.md#paper-settings) unless a field says otherwise.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ class EnvConfig:
                     "(entry point group gigpo.families, or env.family_module)")
     family_module: str = F("", "module (dotted name, .py file or package dir) whose FAMILY_SPEC is registered "
                            "before env.family is looked up; a family outside any installed package")
-    group_size: int = F(8, "rollouts per task, all reset to the same initial state (spec: n)")
-    tasks_per_iter: int = F(16, "distinct tasks per training iteration (spec: train_batch_size)")
+    group_size: int = F(8, "rollouts per task, all reset to the same initial state (verl-agent: env.rollout.n)")
+    tasks_per_iter: int = F(16, "distinct tasks per training iteration (verl-agent: data.train_batch_size)")
     max_steps: int = F(50, "max agent steps per episode")
     history_length: int = F(2, "past (observation, action) pairs kept in the prompt")
     train_tasks: int = F(0, "size of the training task pool (0 = the family's whole train split)")
@@ -121,6 +121,8 @@ class EnvConfig:
 class AlgorithmConfig:
     estimator: str = F("gigpo", "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
                                 "grpo, rloo, gigpo_no_step, gigpo_no_episode, or your own (register)")
+    estimator_module: str = F("", "a module (dotted name, .py file or package dir) that registers estimators "
+                                  "with gigpo.advantages.register; imported before algorithm.estimator is checked")
     gamma: float = F(0.95, "discount for per-step returns (paper Eq. 5)")
     invalid_action_penalty: float = F(0.1, "subtracted from the return of steps with invalid actions")
     # Estimator options: the names of the estimator's own keyword options; unset (null) = the
@@ -134,10 +136,19 @@ class AlgorithmConfig:
     similarity_threshold: float | None = F(None, "group anchor states whose texts have a difflib ratio >= this "
                                                  "(in (0, 1]); unset = exact equality; gigpo variants")
     epsilon: float | None = F(None, "std floor in advantage normalisation; unset = 1e-6")
+    options: dict = F({}, "other keyword options of the estimator, by its names (e.g. a registered estimator's "
+                          "own: algorithm.options.scale=0.5)")
 
     OPTIONS: typing.ClassVar[tuple[str, ...]] = ("mode", "step_weight", "similarity_threshold", "epsilon")
 
     def __post_init__(self):
+        if self.estimator_module:
+            from gigpo._imports import import_ref
+
+            try:
+                import_ref(self.estimator_module, "algorithm.estimator_module")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         _choice(self.estimator, "algorithm.estimator", tuple(ESTIMATORS))
         _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", f"must be in [0, 1] (>1 diverges), got {self.gamma}")
         _check(self.invalid_action_penalty >= 0, "algorithm.invalid_action_penalty", "must be >= 0")
@@ -154,10 +165,15 @@ class AlgorithmConfig:
                    f"{v!r} is set but estimator {self.estimator!r} has no option {k!r} (its options: "
                    f"{sorted(o for o in accepted if o in self.OPTIONS) or 'none'}); remove it or set "
                    f"algorithm.{k}=null")
+        for k in self.options:
+            _check(k in accepted and k not in self.OPTIONS, f"algorithm.options.{k}",
+                   f"use algorithm.{k}" if k in self.OPTIONS else
+                   f"estimator {self.estimator!r} has no option {k!r} (its options: {sorted(accepted) or 'none'})")
 
     def estimator_options(self) -> dict:
         """The options to pass to ``compute_advantages``: those set, by the estimator's names."""
-        return {k: getattr(self, k) for k in self.OPTIONS if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in self.OPTIONS if getattr(self, k) is not None}
+        return out | dict(self.options)
 
     # Keys of configs written before the options took the estimator's names (read as the new ones).
     @staticmethod
@@ -219,7 +235,7 @@ class TrainConfig:
     schedule: str = F("constant", "learning-rate schedule after warm-up: constant or cosine")
     grad_clip: float = F(1.0, "max global gradient norm (0 = no clipping)")
     ppo_epochs: int = F(1, "passes over each iteration's rows")
-    mini_batch_rows: int = F(256, "step rows per optimizer step (spec: ppo_mini_batch_size)")
+    mini_batch_rows: int = F(256, "step rows per optimizer step (verl-agent: ppo_mini_batch_size)")
     micro_token_budget: int = F(8192, "max padded tokens per micro-batch (gradient accumulation)")
     pad_multiple: int = F(64, "pad micro-batch rows to a multiple of this many tokens: a few repeated shapes "
                               "let the CPU allocator reuse memory (varied shapes grew a bf16 run by ~0.5 GB "
@@ -460,7 +476,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             raise ConfigError(f"override {item!r} must look like key=value, e.g. train.lr=1e-5")
         key, raw = item.split("=", 1)
         key = key.strip()
-        if key not in valid and not key.startswith(("env.kwargs.", "env.task_kwargs.")):
+        if key not in valid and not key.startswith(("env.kwargs.", "env.task_kwargs.", "algorithm.options.")):
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"unknown config key {key!r}.{hint}")

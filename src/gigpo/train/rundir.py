@@ -21,7 +21,8 @@ from gigpo.train.config import Config, ConfigError, to_dict
 LOCK_NAME = ".lock"
 
 # Keys whose change on --resume would silently turn the run into a different experiment.
-RUN_DEFINING = ("env.family", "env.family_module", "env.kwargs", "env.task_kwargs", "env.group_size", "env.tasks_per_iter",
+RUN_DEFINING = ("env.family", "env.family_module", "env.kwargs", "env.task_kwargs", "env.group_size",
+                "env.tasks_per_iter",
                 "algorithm.estimator", "algorithm.mode", "model.name_or_path", "seed", "sft.")
 
 

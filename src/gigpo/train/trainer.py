@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from gigpo.batch import concat_batches, select_trajectories
-from gigpo.train.checkpoint import best_checkpoint, load_checkpoint, load_latest, pin_best, save_checkpoint, set_rng_state
+from gigpo.train.checkpoint import (best_checkpoint, load_checkpoint, load_latest, pin_best, save_checkpoint,
+                                    set_rng_state)
 from gigpo.train.config import Config, build_agent, save_config
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
@@ -488,7 +489,8 @@ class Trainer:
         while self.iteration < cfg.train.iterations and not self.stop_reason:
             m = self.train_iteration()
             print(iteration_summary(self.iteration, cfg.train.iterations, m), flush=True)
-            if cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0 and self.iteration < cfg.train.iterations:
+            if (cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0
+                    and self.iteration < cfg.train.iterations):
                 self.evaluate()
         pt["train"] = time.perf_counter() - t0
         last_it, best_it = self.iteration, self.watchdog.best_iteration

@@ -128,7 +128,8 @@ def generate_world(seed: int = 0, n_countries: int = 24, n_cities: int = 240,
         orgs.append(dict(name=name, founder=founder, year=founder["year"] + rng.randint(20, 60),
                          city=rng.choice(cities)["name"], industry=rng.choice(_INDUSTRIES)))
         o = orgs[-1]
-        add_doc("org", i, name, f"{name} is {'an' if o['industry'][0] in 'aeiou' else 'a'} {o['industry']} organisation founded in {o['year']} by "
+        add_doc("org", i, name, f"{name} is {'an' if o['industry'][0] in 'aeiou' else 'a'} {o['industry']} "
+                f"organisation founded in {o['year']} by "
                 f"{founder['name']}. Its headquarters are in {o['city']}.")
 
     qs: list[Question] = []

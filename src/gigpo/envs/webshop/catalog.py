@@ -233,7 +233,8 @@ def load_webshop_catalog(data_dir: str, human_goals: bool = True, seed: int = 0)
     if rev_path is not None:
         for r in json.loads(rev_path.read_text()):
             reviews[r["asin"]] = [
-                {"title": x.get("title", ""), "score": x.get("score", x.get("stars", 0)), "body": x.get("body", x.get("review", ""))}
+                {"title": x.get("title", ""), "score": x.get("score", x.get("stars", 0)),
+                 "body": x.get("body", x.get("review", ""))}
                 for x in r.get("reviews", [])
             ]
             ratings[r["asin"]] = r.get("average_rating", "N.A.")
@@ -301,7 +302,8 @@ def _synthetic_goals(products: list[dict], prices: dict, attributes: dict, rng: 
     return goals
 
 
-def resolve_catalog(data_dir: str | None = None, seed: int = 0, num_products: int = 5000, human_goals: bool = True) -> Catalog:
+def resolve_catalog(data_dir: str | None = None, seed: int = 0, num_products: int = 5000,
+                    human_goals: bool = True) -> Catalog:
     """The catalog a user asked for: WebShop's files (``data_dir`` or env var ``WEBSHOP_DATA``), else generated."""
     data_dir = data_dir or os.environ.get("WEBSHOP_DATA") or None
     if data_dir:

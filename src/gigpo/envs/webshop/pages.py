@@ -45,7 +45,8 @@ class PageState:
 Clickable = tuple[str, str]
 
 
-def render(state: PageState, instruction: str, catalog, show_attrs: bool = False) -> tuple[list[str], dict[str, Clickable]]:
+def render(state: PageState, instruction: str, catalog,
+           show_attrs: bool = False) -> tuple[list[str], dict[str, Clickable]]:
     """Text parts of the current page and its clickables (lower-cased text -> what it is)."""
     buttons: list[str] = []
     links: list[tuple[str, str]] = []
