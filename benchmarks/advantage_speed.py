@@ -30,9 +30,11 @@ import numpy as np  # noqa: E402
 
 from gigpo.advantages import discounted_returns, gigpo, similarity, step_group_stats  # noqa: E402
 
-WORDS = ("cabinet drawer countertop shelf sinkbasin fridge microwave stoveburner garbagecan toaster "
-         "mug apple knife spoon plate bowl lettuce tomato bread egg potato pan pot kettle vase book "
-         "open closed you see arrive at on in the a nothing happens is").split()
+WORDS = (
+    "cabinet drawer countertop shelf sinkbasin fridge microwave stoveburner garbagecan toaster "
+    "mug apple knife spoon plate bowl lettuce tomato bread egg potato pan pot kettle vase book "
+    "open closed you see arrive at on in the a nothing happens is"
+).split()
 
 
 def sentence(rng: random.Random, lo: int, hi: int) -> str:
@@ -70,8 +72,10 @@ def search_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
     ep, traj, anchors, rewards = [], [], [], []
     for t in range(tasks):
         question = "Question: " + sentence(rng, 40, 90) + "?"
-        pool = [f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
-                for _ in range(6)]
+        pool = [
+            f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
+            for _ in range(6)
+        ]
         for r in range(rollouts):
             for s in range(steps):
                 if s == 0:
@@ -100,7 +104,7 @@ def search_r1_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
     rng = random.Random(seed)
 
     def passage() -> str:
-        return f"Doc {{i}}(Title: \"{sentence(rng, 8, 24)}\") {sentence(rng, 140, 180)}"
+        return f'Doc {{i}}(Title: "{sentence(rng, 8, 24)}") {sentence(rng, 140, 180)}'
 
     ep, traj, anchors, rewards = [], [], [], []
     for t in range(tasks):
@@ -117,13 +121,16 @@ def search_r1_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
                     if rng.random() < 0.4:
                         picks = list(favourite)
                     else:
-                        picks = favourite[:rng.randint(0, 2)]
+                        picks = favourite[: rng.randint(0, 2)]
                         picks += rng.sample([i for i in range(8) if i not in picks], 3 - len(picks))
                     docs = [pool[i] for i in picks]
                     if rng.random() < 0.2:
                         docs[rng.randrange(3)] = passage()  # a distractor from elsewhere
-                    obs = "<information>" + "".join(d.replace("{i}", str(k + 1)) + "\n"
-                                                    for k, d in enumerate(docs)) + "</information>"
+                    obs = (
+                        "<information>"
+                        + "".join(d.replace("{i}", str(k + 1)) + "\n" for k, d in enumerate(docs))
+                        + "</information>"
+                    )
                 ep.append(t)
                 traj.append(t * rollouts + r)
                 anchors.append(obs)
@@ -181,9 +188,11 @@ def machine() -> str:
             model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{model}, {os.cpu_count()} cores, python {platform.python_version()}, numpy {np.__version__}, "
-            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-            f"matcher {similarity.SequenceMatcher.__module__.split('.')[0]}")
+    return (
+        f"{model}, {os.cpu_count()} cores, python {platform.python_version()}, numpy {np.__version__}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+        f"matcher {similarity.SequenceMatcher.__module__.split('.')[0]}"
+    )
 
 
 def main() -> None:
@@ -207,8 +216,15 @@ def main() -> None:
 
     ms = median_ms(exact_path, repeats)
     share = step_group_stats(exact_path().step_groups)["share_rows_in_groups_gt1"]
-    report("alfworld-like exact (returns + advantage)", shape, len(ep), ms, 10.0, args.quick,
-           f"rows in groups >1: {share:.1%}")
+    report(
+        "alfworld-like exact (returns + advantage)",
+        shape,
+        len(ep),
+        ms,
+        10.0,
+        args.quick,
+        f"rows in groups >1: {share:.1%}",
+    )
 
     for name, make, shape_full, shape_quick, thresh, goal in (
         ("search-like similarity 0.9", search_like, (256, 5, 4), (4, 5, 4), 0.9, 500.0),
@@ -242,8 +258,10 @@ def report(name, shape, rows, ms, goal_ms, quick, note) -> None:
         verdict = "MET"
     else:
         verdict = "MET on CPU time, wall time MISSED (machine load)" if cpu < goal_ms else "MISSED"
-    print(f"{name:40s} {'x'.join(map(str, shape)):>9s} rows={rows:6d} wall {wall:9.1f} ms  cpu {cpu:9.1f} ms  "
-          f"goal < {goal_ms:g} ms: {verdict}  [{note}]")
+    print(
+        f"{name:40s} {'x'.join(map(str, shape)):>9s} rows={rows:6d} wall {wall:9.1f} ms  cpu {cpu:9.1f} ms  "
+        f"goal < {goal_ms:g} ms: {verdict}  [{note}]"
+    )
 
 
 if __name__ == "__main__":

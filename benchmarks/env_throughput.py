@@ -81,8 +81,9 @@ def run_policy(envs: GroupedEnvs, policy: str, rng: random.Random) -> tuple[int,
 def bench(family: str, executor: str, args) -> list[list[str]]:
     tasks = make_tasks(family, "train", n=args.tasks, seed=args.seed)
     rows = []
-    with GroupedEnvs(family, group_size=args.group_size, max_steps=args.max_steps, executor=executor,
-                     num_workers=args.workers) as envs:
+    with GroupedEnvs(
+        family, group_size=args.group_size, max_steps=args.max_steps, executor=executor, num_workers=args.workers
+    ) as envs:
         t0 = time.perf_counter()
         envs.reset(tasks)
         startup = time.perf_counter() - t0
@@ -99,15 +100,36 @@ def bench(family: str, executor: str, args) -> list[list[str]]:
                 steps, step_s, wins = steps + n, step_s + s, wins + w
             slots = envs.num_slots * args.rounds
             failed = sum(r.failed for r in envs.results())
-            rows.append([family, executor, policy, str(workers), f"{steps / max(step_s, 1e-9):.1f}",
-                         f"{1000 * reset_s / slots:.4f}", str(steps), f"{100 * wins / slots:.0f}",
-                         f"{startup:.2f}", str(failed)])
+            rows.append(
+                [
+                    family,
+                    executor,
+                    policy,
+                    str(workers),
+                    f"{steps / max(step_s, 1e-9):.1f}",
+                    f"{1000 * reset_s / slots:.4f}",
+                    str(steps),
+                    f"{100 * wins / slots:.0f}",
+                    f"{startup:.2f}",
+                    str(failed),
+                ]
+            )
     return rows
 
 
 def print_table(rows: list[list[str]]) -> None:
-    head = ["family", "executor", "policy", "workers", "steps/s", "reset ms/env", "steps", "won %",
-            "startup s", "failed"]
+    head = [
+        "family",
+        "executor",
+        "policy",
+        "workers",
+        "steps/s",
+        "reset ms/env",
+        "steps",
+        "won %",
+        "startup s",
+        "failed",
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     print(fmt(head))
@@ -128,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=None, help="process/thread workers (default: CPU count)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    defaults = dict(tasks=2, group_size=2, max_steps=5, rounds=1) if args.quick else \
-        dict(tasks=4, group_size=4, max_steps=30, rounds=2)
+    defaults = (
+        dict(tasks=2, group_size=2, max_steps=5, rounds=1)
+        if args.quick
+        else dict(tasks=4, group_size=4, max_steps=30, rounds=2)
+    )
     for k, v in defaults.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -138,10 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     missing = [f for f in families if f not in present]
     if missing:
         p.error(f"families not available: {missing} (present: {present})")
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
-    print(f"batch: {args.tasks} tasks x {args.group_size} rollouts, max_steps {args.max_steps}, "
-          f"{args.rounds} round(s) per policy")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+    )
+    print(
+        f"batch: {args.tasks} tasks x {args.group_size} rollouts, max_steps {args.max_steps}, "
+        f"{args.rounds} round(s) per policy"
+    )
     rows = []
     for fam in families:
         for ex in args.executors or (["inline", "process"] if fam == "alfworld" else ["inline"]):

@@ -68,25 +68,42 @@ FULL = {
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
 }
 # --quick: a pipeline smoke run (minutes), not a result.
-QUICK = {"iterations": 1, "eval_every": 1,
-         "overrides": ["env.tasks_per_iter=2", "env.group_size=2", "env.eval_tasks=2", "env.max_steps=6",
-                       "rollout.max_response_tokens=12", "train.mini_batch_rows=16"],
-         # the expert needs 6-30 steps, so the smoke SFT gets a longer horizon to win some demos
-         "sft_overrides": ["env.max_steps=16", "sft.episodes=4", "sft.epochs=1"]}
+QUICK = {
+    "iterations": 1,
+    "eval_every": 1,
+    "overrides": [
+        "env.tasks_per_iter=2",
+        "env.group_size=2",
+        "env.eval_tasks=2",
+        "env.max_steps=6",
+        "rollout.max_response_tokens=12",
+        "train.mini_batch_rows=16",
+    ],
+    # the expert needs 6-30 steps, so the smoke SFT gets a longer horizon to win some demos
+    "sft_overrides": ["env.max_steps=16", "sft.episodes=4", "sft.epochs=1"],
+}
 # Every run: quiet, no trajectory dumps, checkpoint every iteration (resumable), one thread.
-COMMON = ["log.progress=false", "log.tensorboard=false", "log.trajectories_every=0", "log.save_every=1",
-          "train.torch_threads=1"]
+COMMON = [
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.trajectories_every=0",
+    "log.save_every=1",
+    "train.torch_threads=1",
+]
 # Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine, two
 # runs at a time). Iterations by ``train.autocast``: ALFWorld 39 s (bf16) / 65 s (float32), means
 # of the bf16 and float32 comparisons in docs/results.md; WebShop measured in float32 only, its bf16 figure scaled by
 # ALFWorld's ratio.
-DEFAULT_COST = {"alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
-                "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0}}
+DEFAULT_COST = {
+    "alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
+    "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0},
+}
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--family", default="alfworld", choices=sorted(FULL), help="env family")
     p.add_argument("--out", default=str(ROOT / "docs"), help="where results.md and results/ go")
     p.add_argument("--runs-dir", default=None, help="parent of the run dirs (default runs/learning-<family>[-quick])")
@@ -96,11 +113,17 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=None, help="held-out evaluation every k iterations")
     p.add_argument("--jobs", type=int, default=2, help="training processes at a time (1 torch thread each)")
     p.add_argument("--quick", action="store_true", help="tiny smoke budget (see QUICK)")
-    p.add_argument("--rerun-identical", action="store_true",
-                   help=f"also run variants identical to another one ({IDENTICAL}) instead of reusing its runs")
+    p.add_argument(
+        "--rerun-identical",
+        action="store_true",
+        help=f"also run variants identical to another one ({IDENTICAL}) instead of reusing its runs",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the plan and the time estimate, run nothing")
-    p.add_argument("--report-only", action="store_true",
-                   help="rebuild the report from <out>/results/<family>/ (re-exporting from --runs-dir when it exists)")
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the report from <out>/results/<family>/ (re-exporting from --runs-dir when it exists)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="extra config overrides for every run")
     a = p.parse_args(argv)
     a.estimators = [e.strip() for e in a.estimators.split(",") if e.strip()]
@@ -137,8 +160,11 @@ def snapshot_base_config(args) -> Path:
     if not frozen.exists():
         frozen.write_text(current)
     elif frozen.read_text() != current:
-        print(f"note: {args.config.relative_to(ROOT)} changed since this comparison started; "
-              f"its runs keep using {frozen} (use a new --runs-dir for the new config)", flush=True)
+        print(
+            f"note: {args.config.relative_to(ROOT)} changed since this comparison started; "
+            f"its runs keep using {frozen} (use a new --runs-dir for the new config)",
+            flush=True,
+        )
     return frozen
 
 
@@ -182,8 +208,7 @@ def plan_runs(args, sft_dir: str) -> list[dict]:
     first, then the ablations; within a tier seeds are outer, so partial results pair up by seed.
     """
     runs = []
-    order = [(seed, v) for tier in (True, False) for seed in args.seeds
-             for v in args.estimators if (v in CORE) == tier]
+    order = [(seed, v) for tier in (True, False) for seed in args.seeds for v in args.estimators if (v in CORE) == tier]
     same = {} if args.rerun_identical else {v: w for v, w in IDENTICAL.items() if w in args.estimators}
     first = next(v for v in args.estimators if v not in same)
     for seed, v in order:
@@ -192,10 +217,19 @@ def plan_runs(args, sft_dir: str) -> list[dict]:
         # seed, so the eval before training is identical: only the seed's first variant runs it
         # and the report shares it (learning_report.export_summaries).
         before = "true" if v == first else "false"
-        ov = [*args.budget_overrides, *COMMON, *VARIANTS[v], f"seed={seed}", f"log.eval_before={before}",
-              f"train.iterations={args.iterations}", f"log.eval_every={args.eval_every}",
-              f"model.name_or_path={sft_dir}", "sft.enabled=false",
-              f"output_dir={args.runs_dir}", f"name={name}"]
+        ov = [
+            *args.budget_overrides,
+            *COMMON,
+            *VARIANTS[v],
+            f"seed={seed}",
+            f"log.eval_before={before}",
+            f"train.iterations={args.iterations}",
+            f"log.eval_every={args.eval_every}",
+            f"model.name_or_path={sft_dir}",
+            "sft.enabled=false",
+            f"output_dir={args.runs_dir}",
+            f"name={name}",
+        ]
         run = {"name": name, "variant": v, "seed": seed, "dir": args.runs_dir / name, "overrides": ov}
         if v in same:
             run["same_as"] = f"{same[v]}-s{seed}"
@@ -233,10 +267,17 @@ def check_same_config(run: dict, args) -> None:
     for d in (want, have):
         d.get("train", {}).pop("iterations", None)  # more iterations later = continue the run
     if want != have:
-        diff = sorted(f"{s}.{k}" for s in want if isinstance(want[s], dict)
-                      for k in want[s] if want[s][k] != (have.get(s) or {}).get(k))
-        raise SystemExit(f"learning: {run['dir']} was made with a different config ({diff or 'top-level keys'}); "
-                         f"delete it or pick another --runs-dir")
+        diff = sorted(
+            f"{s}.{k}"
+            for s in want
+            if isinstance(want[s], dict)
+            for k in want[s]
+            if want[s][k] != (have.get(s) or {}).get(k)
+        )
+        raise SystemExit(
+            f"learning: {run['dir']} was made with a different config ({diff or 'top-level keys'}); "
+            f"delete it or pick another --runs-dir"
+        )
 
 
 def execute(run: dict, args) -> dict:
@@ -257,8 +298,11 @@ def execute(run: dict, args) -> dict:
         f.flush()
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT).returncode
     dt = time.perf_counter() - t0
-    print(f"[{time.strftime('%H:%M:%S')}] {run['name']}: {'ok' if rc == 0 else f'FAILED rc {rc}, see {log}'} "
-          f"({dt / 60:.1f} min, {state})", flush=True)
+    print(
+        f"[{time.strftime('%H:%M:%S')}] {run['name']}: {'ok' if rc == 0 else f'FAILED rc {rc}, see {log}'} "
+        f"({dt / 60:.1f} min, {state})",
+        flush=True,
+    )
     return {"name": run["name"], "rc": rc, "seconds": dt, "state": state}
 
 
@@ -279,8 +323,9 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
     n_eval = 1 + (args.iterations - 1) // args.eval_every + 1 / len(args.estimators)  # before: once per seed
     per_run = cost["startup"] + args.iterations * cost["iteration"] + n_eval * cost["eval"]
     todo = sum(1 for r in runs if "same_as" not in r and run_state(r, args.iterations) != "done")
-    return todo * per_run / 60.0 / args.jobs, (f"{todo} run(s) to do x ~{per_run / 60:.1f} min "
-                                                f"/ {args.jobs} jobs (per-run cost from {source})")
+    return todo * per_run / 60.0 / args.jobs, (
+        f"{todo} run(s) to do x ~{per_run / 60:.1f} min / {args.jobs} jobs (per-run cost from {source})"
+    )
 
 
 def main(argv=None) -> int:
@@ -290,14 +335,18 @@ def main(argv=None) -> int:
         plan = args.runs_dir / "plan.json"
         if plan.exists():  # run dirs still here: refresh the summaries from their metrics first
             planned = json.loads(plan.read_text())["runs"]
-            learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in planned],
-                                             same_as=same_as_map(planned))
+            learning_report.export_summaries(
+                args.runs_dir, out, args.family, [r["name"] for r in planned], same_as=same_as_map(planned)
+            )
         path = learning_report.write_report(out, args.family)
         print(f"report: {path}")
         return 0
     args.runs_dir.mkdir(parents=True, exist_ok=True)
-    print(f"learning benchmark: {args.family}, variants {args.estimators}, seeds {args.seeds}, "
-          f"{args.iterations} iterations, eval every {args.eval_every}, runs in {args.runs_dir}", flush=True)
+    print(
+        f"learning benchmark: {args.family}, variants {args.estimators}, seeds {args.seeds}, "
+        f"{args.iterations} iterations, eval every {args.eval_every}, runs in {args.runs_dir}",
+        flush=True,
+    )
     if not args.dry_run:
         args.config = snapshot_base_config(args)
     t0 = time.perf_counter()
@@ -309,21 +358,34 @@ def main(argv=None) -> int:
             check_same_config(r, args)
     for r in runs:
         if "same_as" in r:
-            print(f"{r['name']}: reported from {r['same_as']} (identical advantages; --rerun-identical runs it)",
-                  flush=True)
+            print(
+                f"{r['name']}: reported from {r['same_as']} (identical advantages; --rerun-identical runs it)",
+                flush=True,
+            )
     minutes, how = estimate_minutes(args, runs)
     print(f"estimate: ~{minutes:.0f} min wall ({how})", flush=True)
-    (args.runs_dir / "plan.json").write_text(json.dumps(
-        {"family": args.family, "sft_dir": sft_dir, "iterations": args.iterations, "eval_every": args.eval_every,
-         "base_config": str(args.config), "budget_overrides": args.budget_overrides,
-         "runs": [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in runs]}, indent=1))
+    (args.runs_dir / "plan.json").write_text(
+        json.dumps(
+            {
+                "family": args.family,
+                "sft_dir": sft_dir,
+                "iterations": args.iterations,
+                "eval_every": args.eval_every,
+                "base_config": str(args.config),
+                "budget_overrides": args.budget_overrides,
+                "runs": [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in runs],
+            },
+            indent=1,
+        )
+    )
     if args.dry_run:
         return 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda r: execute(r, args), runs))
     failed = [r["name"] for r in results if r["rc"] != 0]
-    learning_report.export_summaries(args.runs_dir, out, args.family, [r["name"] for r in runs],
-                                     same_as=same_as_map(runs))
+    learning_report.export_summaries(
+        args.runs_dir, out, args.family, [r["name"] for r in runs], same_as=same_as_map(runs)
+    )
     path = learning_report.write_report(out, args.family)
     print(f"report: {path}  ({(time.perf_counter() - t0) / 60:.1f} min total)", flush=True)
     if failed:

@@ -43,16 +43,22 @@ def bench(name: str, args) -> None:
     t0 = time.perf_counter()
     model, tok = load_policy(name, device=args.device)
     load_s = time.perf_counter() - t0
-    prompts = [tok.apply_chat_template([{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i % 3)
-                                         + "Please answer." * (i % 5)}], add_generation_prompt=True)["input_ids"]
-               for i in range(args.B)]
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": TEXTS[i % len(TEXTS)] + " " * (i % 3) + "Please answer." * (i % 5)}],
+            add_generation_prompt=True,
+        )["input_ids"]
+        for i in range(args.B)
+    ]
     gen = HFGenerator(model, tok)
     runs = {
         "HFGenerator": lambda s: gen.generate(prompts, SamplingParams(max_new_tokens=args.new, seed=s)),
-        "model.generate + logprobs": lambda s: bare_generate(model, tok, prompts,
-                                                             SamplingParams(max_new_tokens=args.new, seed=s)),
-        "model.generate": lambda s: bare_generate(model, tok, prompts, SamplingParams(max_new_tokens=args.new, seed=s),
-                                                  with_logprobs=False),
+        "model.generate + logprobs": lambda s: bare_generate(
+            model, tok, prompts, SamplingParams(max_new_tokens=args.new, seed=s)
+        ),
+        "model.generate": lambda s: bare_generate(
+            model, tok, prompts, SamplingParams(max_new_tokens=args.new, seed=s), with_logprobs=False
+        ),
     }
     runs["HFGenerator"](0)  # warm-up (allocators, kernels)
     best = {k: (float("inf"), 0) for k in runs}
@@ -62,9 +68,11 @@ def bench(name: str, args) -> None:
             if n / s > best[k][1] / best[k][0] if best[k][1] else True:
                 best[k] = (s, n)
     nparams = sum(p.numel() for p in model.parameters())
-    print(f"{name}: {nparams / 1e6:.1f}M params, vocab {len(tok)}, load {load_s:.1f}s, "
-          f"B={args.B} x {args.new} new tokens, prompt lens {min(map(len, prompts))}-{max(map(len, prompts))}, "
-          f"device {next(model.parameters()).device}, threads {torch.get_num_threads()}")
+    print(
+        f"{name}: {nparams / 1e6:.1f}M params, vocab {len(tok)}, load {load_s:.1f}s, "
+        f"B={args.B} x {args.new} new tokens, prompt lens {min(map(len, prompts))}-{max(map(len, prompts))}, "
+        f"device {next(model.parameters()).device}, threads {torch.get_num_threads()}"
+    )
     base = best["model.generate"][1] / best["model.generate"][0]
     for k, (s, n) in best.items():
         print(f"  {k:28s} {n:5d} tokens in {s:6.2f}s = {n / s:8.1f} tok/s  ({n / s / base:.2f}x model.generate)")

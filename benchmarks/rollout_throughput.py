@@ -34,15 +34,21 @@ from gigpo.rollout import rollout  # noqa: E402
 
 def machine() -> str:
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), device {dev}")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), device {dev}"
+    )
 
 
 def _time_generation(fn, batches, params) -> tuple[float, int]:
     tokens, t0 = 0, time.perf_counter()
     for i, b in enumerate(batches):
-        p = SamplingParams(temperature=params.temperature, top_p=params.top_p,
-                           max_new_tokens=params.max_new_tokens, seed=(params.seed or 0) + i)
+        p = SamplingParams(
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_new_tokens=params.max_new_tokens,
+            seed=(params.seed or 0) + i,
+        )
         tokens += sum(len(g.token_ids) for g in fn(b, p))
     return time.perf_counter() - t0, tokens
 
@@ -65,26 +71,36 @@ def bench(model_name: str, args) -> None:
     m = batch.meta
     steps = batch.num_rows
     # The same prompt batches the rollout generated for, step by step.
-    batches = [[batch.prompt_ids[i].tolist() for i in np.flatnonzero(batch.step == t)]
-               for t in range(int(batch.step.max()) + 1)]
+    batches = [
+        [batch.prompt_ids[i].tolist() for i in np.flatnonzero(batch.step == t)]
+        for t in range(int(batch.step.max()) + 1)
+    ]
     hf_s, hf_tok = _time_generation(gen.generate, batches, params)
     bare_s, bare_tok = _time_generation(lambda b, p: bare_generate(model, tok, b, p), batches, params)
     roll_tps = m["generated_tokens"] / roll_s
     bare_tps = bare_tok / bare_s
     hf_tps = hf_tok / hf_s
     plen = np.mean([len(p) for p in batch.prompt_ids])
-    print(f"\n== {model_name} on {args.family}: B={args.B} x n={args.n}, max_steps={args.max_steps}, "
-          f"max_new_tokens={args.max_new_tokens}  (load {load_s:.1f} s)")
-    print(f"rollout: {steps} env steps, {m['generated_tokens']} tokens in {roll_s:.2f} s -> "
-          f"{steps / roll_s:.2f} env steps/s, {roll_tps:.1f} tokens/s; mean prompt {plen:.0f} tokens")
-    print(f"  phases: reset {m['time_reset_s']:.2f} s, prompts {m['time_prompt_s']:.2f} s, "
-          f"generate {m['time_generate_s']:.2f} s, decode+parse+env {m['time_env_s']:.2f} s")
+    print(
+        f"\n== {model_name} on {args.family}: B={args.B} x n={args.n}, max_steps={args.max_steps}, "
+        f"max_new_tokens={args.max_new_tokens}  (load {load_s:.1f} s)"
+    )
+    print(
+        f"rollout: {steps} env steps, {m['generated_tokens']} tokens in {roll_s:.2f} s -> "
+        f"{steps / roll_s:.2f} env steps/s, {roll_tps:.1f} tokens/s; mean prompt {plen:.0f} tokens"
+    )
+    print(
+        f"  phases: reset {m['time_reset_s']:.2f} s, prompts {m['time_prompt_s']:.2f} s, "
+        f"generate {m['time_generate_s']:.2f} s, decode+parse+env {m['time_env_s']:.2f} s"
+    )
     print(f"HFGenerator alone, same batches: {hf_tok} tokens in {hf_s:.2f} s -> {hf_tps:.1f} tokens/s")
     print(f"bare model.generate, same batches: {bare_tok} tokens in {bare_s:.2f} s -> {bare_tps:.1f} tokens/s")
     ratio = roll_tps / bare_tps
     loop_tps = m["generated_tokens"] / (roll_s - m["time_reset_s"])
-    print(f"ratio rollout/bare tokens/s = {ratio:.2f} ({'meets' if ratio >= 0.8 else 'BELOW'} the 0.80 goal); "
-          f"rollout/HFGenerator = {roll_tps / hf_tps:.2f}; without env reset: rollout/bare = {loop_tps / bare_tps:.2f}")
+    print(
+        f"ratio rollout/bare tokens/s = {ratio:.2f} ({'meets' if ratio >= 0.8 else 'BELOW'} the 0.80 goal); "
+        f"rollout/HFGenerator = {roll_tps / hf_tps:.2f}; without env reset: rollout/bare = {loop_tps / bare_tps:.2f}"
+    )
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ def with_holding(rows: list[dict]) -> list[dict]:
         out.append(dict(r, holding=held[r["traj_id"]]))
         obs = r.get("observation") or ""
         if obs.startswith("You pick up the "):
-            held[r["traj_id"]] = obs[len("You pick up the "):].split(" from ")[0]
+            held[r["traj_id"]] = obs[len("You pick up the ") :].split(" from ")[0]
         elif obs.startswith(("You move the ", "You put the ")):
             held[r["traj_id"]] = None
     return out
@@ -60,12 +60,14 @@ def iteration_stats(rows: list[dict]) -> dict:
             groups[(r["episode_id"], r["step_group"])].append(r)
     in_big = [g for g in groups.values() if len(g) > 1]
     mixed = sum(len(g) for g in in_big if len({bool(r["holding"]) for r in g}) > 1)
-    return {"success": sum(s[0]["won"] for s in trajs.values()) / max(1, len(trajs)),
-            "length": n / max(1, len(trajs)),
-            "take_move": sum(bool(_TAKE.match(r["action"]) or _MOVE.match(r["action"])) for r in rows) / max(1, n),
-            "put_backs": put_backs,
-            "zero_adv": sum(abs(r.get("A", 0.0)) < 1e-8 for r in rows) / max(1, n),
-            "mixed_holding": mixed / max(1, sum(len(g) for g in in_big))}
+    return {
+        "success": sum(s[0]["won"] for s in trajs.values()) / max(1, len(trajs)),
+        "length": n / max(1, len(trajs)),
+        "take_move": sum(bool(_TAKE.match(r["action"]) or _MOVE.match(r["action"])) for r in rows) / max(1, n),
+        "put_backs": put_backs,
+        "zero_adv": sum(abs(r.get("A", 0.0)) < 1e-8 for r in rows) / max(1, n),
+        "mixed_holding": mixed / max(1, sum(len(g) for g in in_big)),
+    }
 
 
 def main(argv=None) -> int:
@@ -73,20 +75,27 @@ def main(argv=None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--from", dest="start", type=int, default=1, help="first iteration to show")
     args = p.parse_args(argv)
-    files = sorted((int(m.group(1)), f) for f in (Path(args.run_dir) / "trajectories").glob("iter_*.jsonl")
-                   if (m := _FILE.search(f.name)))
+    files = sorted(
+        (int(m.group(1)), f)
+        for f in (Path(args.run_dir) / "trajectories").glob("iter_*.jsonl")
+        if (m := _FILE.search(f.name))
+    )
     if not files:
         print(f"no trajectories/iter_*.jsonl in {args.run_dir} (set log.trajectories_every=1)", file=sys.stderr)
         return 2
-    print("| iteration | success | steps/episode | take+move actions | put-backs | rows with A=0 | "
-          "step-group rows mixing held/not held |")
+    print(
+        "| iteration | success | steps/episode | take+move actions | put-backs | rows with A=0 | "
+        "step-group rows mixing held/not held |"
+    )
     print("|---|---|---|---|---|---|---|")
     for it, f in files:
         if it < args.start:
             continue
         s = iteration_stats(read(f))
-        print(f"| {it} | {s['success']:.2f} | {s['length']:.1f} | {100 * s['take_move']:.0f} % | {s['put_backs']} | "
-              f"{100 * s['zero_adv']:.0f} % | {100 * s['mixed_holding']:.0f} % |")
+        print(
+            f"| {it} | {s['success']:.2f} | {s['length']:.1f} | {100 * s['take_move']:.0f} % | {s['put_backs']} | "
+            f"{100 * s['zero_adv']:.0f} % | {100 * s['mixed_holding']:.0f} % |"
+        )
     return 0
 
 

@@ -62,8 +62,17 @@ def command(args, seed: int, threads: int | None) -> list[str]:
     if (run / "checkpoints" / "latest").exists():
         return [*gigpo, "--resume", str(run)]
     extra = [f"train.torch_threads={threads}"] if threads else []
-    return [*gigpo, "--config", args.config, f"seed={seed}", f"name=s{seed}", f"output_dir={args.out}",
-            "log.progress=false", *extra, *args.overrides]
+    return [
+        *gigpo,
+        "--config",
+        args.config,
+        f"seed={seed}",
+        f"name=s{seed}",
+        f"output_dir={args.out}",
+        "log.progress=false",
+        *extra,
+        *args.overrides,
+    ]
 
 
 def run_seed(args, seed: int, threads: int | None) -> dict:
@@ -72,22 +81,32 @@ def run_seed(args, seed: int, threads: int | None) -> dict:
     if not summary.exists():
         t0 = time.time()
         with open(out / f"s{seed}.log", "a") as log:
-            rc = subprocess.run(command(args, seed, threads), cwd=ROOT, env=_env(out, threads),
-                                stdout=log, stderr=subprocess.STDOUT).returncode
-        print(f"seed {seed}: exit {rc} after {(time.time() - t0) / 60:.1f} min (log {out / f's{seed}.log'})",
-              flush=True)
+            rc = subprocess.run(
+                command(args, seed, threads), cwd=ROOT, env=_env(out, threads), stdout=log, stderr=subprocess.STDOUT
+            ).returncode
+        print(
+            f"seed {seed}: exit {rc} after {(time.time() - t0) / 60:.1f} min (log {out / f's{seed}.log'})", flush=True
+        )
         if rc != 0 or not summary.exists():
             return {"seed": seed, "error": f"exit code {rc}; see {out / f's{seed}.log'}"}
     s = json.loads(summary.read_text())
     metrics = out / f"s{seed}" / "metrics.jsonl"
     lines = metrics.read_text().splitlines() if metrics.exists() else []
     rss = [json.loads(line).get("system/rss_gb", 0.0) for line in lines if line.strip()]
-    return {"peak_rss_gb": max(rss, default=0.0), "seed": seed, "start": s["success_before"],
-            "final": s["success_final"],
-            "last": s["success_last"] if s["success_last"] is not None else s["success_final"],
-            "delivered_iteration": s["models"]["model"], "iterations": s["iterations"],
-            "rollbacks": s["rollbacks"], "stopped": s["stop_reason"], "best_val": s["best_val_success"],
-            "minutes": sum(s["phases"].values()) / 60, "sft_sha256": s["start_model_sha256"][:12]}
+    return {
+        "peak_rss_gb": max(rss, default=0.0),
+        "seed": seed,
+        "start": s["success_before"],
+        "final": s["success_final"],
+        "last": s["success_last"] if s["success_last"] is not None else s["success_final"],
+        "delivered_iteration": s["models"]["model"],
+        "iterations": s["iterations"],
+        "rollbacks": s["rollbacks"],
+        "stopped": s["stop_reason"],
+        "best_val": s["best_val_success"],
+        "minutes": sum(s["phases"].values()) / 60,
+        "sft_sha256": s["start_model_sha256"][:12],
+    }
 
 
 def _pct(v) -> str:
@@ -95,16 +114,21 @@ def _pct(v) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| seed | start | final (`model/`) | last (`model_last/`) | change | delivered | rollbacks | "
-             "wall min | peak GiB | SFT sha256 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| seed | start | final (`model/`) | last (`model_last/`) | change | delivered | rollbacks | "
+        "wall min | peak GiB | SFT sha256 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['seed']} | {r['error']} ||||||||")
             continue
         ch = 100 * (r["final"] - r["start"])
-        lines.append(f"| {r['seed']} | {_pct(r['start'])} | {_pct(r['final'])} | {_pct(r['last'])} | {ch:+.1f} | "
-                     f"iteration {r['delivered_iteration']} of {r['iterations']} | {r['rollbacks']} | "
-                     f"{r['minutes']:.0f} | {r.get('peak_rss_gb', 0.0):.1f} | `{r['sft_sha256']}` |")
+        lines.append(
+            f"| {r['seed']} | {_pct(r['start'])} | {_pct(r['final'])} | {_pct(r['last'])} | {ch:+.1f} | "
+            f"iteration {r['delivered_iteration']} of {r['iterations']} | {r['rollbacks']} | "
+            f"{r['minutes']:.0f} | {r.get('peak_rss_gb', 0.0):.1f} | `{r['sft_sha256']}` |"
+        )
     ok = [r for r in rows if "error" not in r]
     if ok:
         import numpy as np
@@ -112,10 +136,12 @@ def table(rows: list[dict]) -> str:
         ch = np.array([100 * (r["final"] - r["start"]) for r in ok])
         last = np.array([100 * (r["last"] - r["start"]) for r in ok])
         lines.append("")
-        lines.append(f"Held-out success (%). Change of the delivered model: mean {ch.mean():+.1f} "
-                     f"(sd {ch.std(ddof=1) if len(ch) > 1 else 0:.1f}, min {ch.min():+.1f}) over {len(ok)} seeds; "
-                     f"{int((ch < 0).sum())} ended below their start. Last model: mean {last.mean():+.1f}, "
-                     f"min {last.min():+.1f}.")
+        lines.append(
+            f"Held-out success (%). Change of the delivered model: mean {ch.mean():+.1f} "
+            f"(sd {ch.std(ddof=1) if len(ch) > 1 else 0:.1f}, min {ch.min():+.1f}) over {len(ok)} seeds; "
+            f"{int((ch < 0).sum())} ended below their start. Last model: mean {last.mean():+.1f}, "
+            f"min {last.min():+.1f}."
+        )
     return "\n".join(lines)
 
 
@@ -127,16 +153,31 @@ def main(argv=None) -> int:
     cpus = os.cpu_count() or 1
     threads = max(1, cpus // args.jobs) if args.jobs > 1 else None
     # Build `tiny` once before runs start side by side (they would race on the same cache dir).
-    subprocess.run([sys.executable, "-c", "from gigpo.policy.load import resolve_path; resolve_path('tiny')"],
-                   cwd=ROOT, env=_env(out, threads), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", "from gigpo.policy.load import resolve_path; resolve_path('tiny')"],
+        cwd=ROOT,
+        env=_env(out, threads),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     t0 = time.time()
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda s: run_seed(args, s, threads), seeds))
     text = table(rows)
     print(text)
-    (out / "seeds.json").write_text(json.dumps({"config": args.config, "overrides": args.overrides,
-                                                "jobs": args.jobs, "threads": threads, "rows": rows,
-                                                "sweep_minutes": (time.time() - t0) / 60}, indent=2))
+    (out / "seeds.json").write_text(
+        json.dumps(
+            {
+                "config": args.config,
+                "overrides": args.overrides,
+                "jobs": args.jobs,
+                "threads": threads,
+                "rows": rows,
+                "sweep_minutes": (time.time() - t0) / 60,
+            },
+            indent=2,
+        )
+    )
     (out / "seeds.md").write_text(text + "\n")
     return 0 if all("error" not in r for r in rows) else 1
 

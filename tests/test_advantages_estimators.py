@@ -13,6 +13,7 @@ from gigpo.advantages import gigpo, grpo, rloo
 def loop_gigpo(scores, returns, uids, anchors, mode, w, eps=1e-6):
     """docs/algorithm.md#episode-advantage to #combined-advantage written as the official
     implementation does: dicts of lists, one row at a time."""
+
     def stats(values, singleton_mean):
         if len(values) == 1:
             return singleton_mean(values[0]), 1.0
@@ -35,7 +36,9 @@ def loop_gigpo(scores, returns, uids, anchors, mode, w, eps=1e-6):
 
 rows_strategy = st.lists(
     st.tuples(st.integers(0, 3), st.integers(0, 4), st.sampled_from("abcd"), st.floats(-3, 10), st.floats(-3, 10)),
-    min_size=1, max_size=40)
+    min_size=1,
+    max_size=40,
+)
 
 
 @settings(max_examples=80, deadline=None)
@@ -105,8 +108,14 @@ def test_step_groups_never_cross_episode_groups():
 
 def test_exact_keys_of_arrays_dicts_and_numpy_scalars():
     img = np.arange(6).reshape(2, 3)
-    anchors = [img, img.copy().reshape(3, 2), {"b": [1, 2], "a": np.int64(3)}, {"a": 3, "b": (1, 2)},
-               np.float32(2.0), 2.0]
+    anchors = [
+        img,
+        img.copy().reshape(3, 2),
+        {"b": [1, 2], "a": np.int64(3)},
+        {"a": 3, "b": (1, 2)},
+        np.float32(2.0),
+        2.0,
+    ]
     res = gigpo([0] * 6, [0] * 6, [0] * 6, anchors)
     g = res.step_groups.tolist()
     assert g[0] == g[1] and g[2] == g[3] and g[4] == g[5] and len(set(g)) == 3
@@ -154,9 +163,12 @@ def test_grpo_and_rloo_equal_plain_loops(rows, normalize_std):
     trajs = [r[1] for r in rows]
     uids = [r[1] % 3 for r in rows]  # a trajectory belongs to exactly one episode group
     scores = [r[2] for r in rows]
-    np.testing.assert_allclose(grpo(scores, uids, trajs, mode="mean_std_norm" if normalize_std else "mean_norm",
-                                    cross_steps=False).advantages,
-                               loop_grpo(scores, uids, trajs, normalize_std), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        grpo(scores, uids, trajs, mode="mean_std_norm" if normalize_std else "mean_norm", cross_steps=False).advantages,
+        loop_grpo(scores, uids, trajs, normalize_std),
+        rtol=1e-4,
+        atol=1e-3,
+    )
     res = rloo(scores, uids, trajs)
     np.testing.assert_allclose(res.advantages, loop_rloo(scores, uids, trajs), rtol=1e-4, atol=1e-4)
     assert (res.step_groups == -1).all() and not res.step_advantages.any()
@@ -187,16 +199,23 @@ def test_trajectory_under_two_episode_groups_is_rejected():
         rloo([1, 0], [0, 1], ["t", "t"])
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(scores=[1, 2], step_returns=[1], episode_ids=[0, 0], anchors=["a", "b"]), "step_returns has 1 rows"),
-    (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0], anchors=["a", "b"]), "episode_ids has 1 rows"),
-    (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a"]), "anchors has 1 rows"),
-    (dict(scores=[1, np.nan], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"]), "scores has 1 non-finite"),
-    (dict(scores=[1, 2], step_returns=[np.inf, 2], episode_ids=[0, 0], anchors=["a", "b"]), "step_returns"),
-    (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"], mode="std"), "mode must be"),
-    (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"], epsilon=-1), "epsilon"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(scores=[1, 2], step_returns=[1], episode_ids=[0, 0], anchors=["a", "b"]), "step_returns has 1 rows"),
+        (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0], anchors=["a", "b"]), "episode_ids has 1 rows"),
+        (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a"]), "anchors has 1 rows"),
+        (
+            dict(scores=[1, np.nan], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"]),
+            "scores has 1 non-finite",
+        ),
+        (dict(scores=[1, 2], step_returns=[np.inf, 2], episode_ids=[0, 0], anchors=["a", "b"]), "step_returns"),
+        (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"], mode="std"), "mode must be"),
+        (dict(scores=[1, 2], step_returns=[1, 2], episode_ids=[0, 0], anchors=["a", "b"], epsilon=-1), "epsilon"),
+    ],
+)
 def test_bad_gigpo_inputs_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        gigpo(kwargs.pop("scores"), kwargs.pop("step_returns"), kwargs.pop("episode_ids"), kwargs.pop("anchors"),
-              **kwargs)
+        gigpo(
+            kwargs.pop("scores"), kwargs.pop("step_returns"), kwargs.pop("episode_ids"), kwargs.pop("anchors"), **kwargs
+        )

@@ -28,8 +28,12 @@ def run_case(case):
         # unmasked row sum (docs/algorithm.md#episode-advantage)
         np.asarray(x["token_level_rewards"], np.float32).sum(axis=1),
         np.asarray(x["step_rewards"], np.float32),
-        x["uid"], x["anchor_obs"], mode=p["mode"], step_weight=p["step_advantage_w"],
-        similarity_threshold=p["similarity_thresh"] if p["enable_similarity"] else None, epsilon=p["epsilon"],
+        x["uid"],
+        x["anchor_obs"],
+        mode=p["mode"],
+        step_weight=p["step_advantage_w"],
+        similarity_threshold=p["similarity_thresh"] if p["enable_similarity"] else None,
+        epsilon=p["epsilon"],
     )
 
 

@@ -8,8 +8,10 @@ import pytest
 from gigpo.advantages import ESTIMATORS, compute_advantages, estimator_options, gigpo, register, step_group_stats
 
 BATCH = dict(
-    scores=[10, 10, 0, 0, 0, 10], step_returns=[9.5, 10, 0, 0, 0, 10],
-    episode_ids=["g", "g", "g", "g", "h", "h"], traj_ids=[0, 0, 1, 1, 2, 3],
+    scores=[10, 10, 0, 0, 0, 10],
+    step_returns=[9.5, 10, 0, 0, 0, 10],
+    episode_ids=["g", "g", "g", "g", "h", "h"],
+    traj_ids=[0, 0, 1, 1, 2, 3],
     anchors=["s0", "s1", "s0", "s1", "s0", "s0"],
 )
 
@@ -26,17 +28,26 @@ def test_ablations_are_the_two_parts_of_gigpo():
     np.testing.assert_array_equal(no_ep.advantages, full.step_advantages)
     np.testing.assert_allclose(no_step.advantages + no_ep.advantages, full.advantages, atol=1e-6)
     # ...and without its step part GiGPO is GRPO exactly (benchmarks/learning.py reuses GRPO's runs)
-    np.testing.assert_array_equal(no_step.advantages, compute_advantages("grpo", mode="mean_std_norm",
-                                                                         **BATCH).advantages)
+    np.testing.assert_array_equal(
+        no_step.advantages, compute_advantages("grpo", mode="mean_std_norm", **BATCH).advantages
+    )
 
 
 def test_entry_point_passes_options_through():
-    direct = gigpo(BATCH["scores"], BATCH["step_returns"], BATCH["episode_ids"], BATCH["anchors"],
-                   step_weight=0.5, similarity_threshold=0.4)
+    direct = gigpo(
+        BATCH["scores"],
+        BATCH["step_returns"],
+        BATCH["episode_ids"],
+        BATCH["anchors"],
+        step_weight=0.5,
+        similarity_threshold=0.4,
+    )
     via = compute_advantages("gigpo", step_weight=0.5, similarity_threshold=0.4, **BATCH)
     np.testing.assert_array_equal(direct.advantages, via.advantages)
-    assert compute_advantages("grpo", mode="mean_norm", **BATCH).advantages.tolist() != \
-        compute_advantages("grpo", **BATCH).advantages.tolist()
+    assert (
+        compute_advantages("grpo", mode="mean_norm", **BATCH).advantages.tolist()
+        != compute_advantages("grpo", **BATCH).advantages.tolist()
+    )
     assert set(estimator_options("rloo")) == set()
 
 

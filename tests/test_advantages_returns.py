@@ -23,13 +23,16 @@ def loop_returns(rewards, traj_ids, gamma):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.floats(-5, 10)), min_size=0, max_size=60),
-       st.sampled_from([0.0, 0.5, 0.95, 1.0]))
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.floats(-5, 10)), min_size=0, max_size=60),
+    st.sampled_from([0.0, 0.5, 0.95, 1.0]),
+)
 def test_discounted_returns_equal_loop_on_interleaved_trajectories(rows, gamma):
     traj = [t for t, _ in rows]
     rew = [r for _, r in rows]
-    np.testing.assert_allclose(discounted_returns(rew, traj, gamma), loop_returns(rew, traj, gamma),
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        discounted_returns(rew, traj, gamma), loop_returns(rew, traj, gamma), rtol=1e-5, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("lengths", [[50] * 30 + [37, 12], [2000] + [1] * 300], ids=["padded_matrix", "one_long"])
@@ -38,8 +41,9 @@ def test_discounted_returns_equal_loop_for_even_and_very_uneven_lengths(lengths)
     rng = np.random.default_rng(len(lengths))
     traj = rng.permutation(np.repeat(np.arange(len(lengths)), lengths))  # interleaved, time order kept
     rew = rng.normal(size=len(traj))
-    np.testing.assert_allclose(discounted_returns(rew, traj, 0.95), loop_returns(rew.tolist(), traj.tolist(), 0.95),
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        discounted_returns(rew, traj, 0.95), loop_returns(rew.tolist(), traj.tolist(), 0.95), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_discounted_returns_accept_string_ids_and_sparse_terminal_reward():
@@ -64,17 +68,20 @@ def test_penalty_hits_only_invalid_rows_and_copies():
         np.testing.assert_array_equal(pg, g)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: discounted_returns([0, np.nan], [0, 0], 0.9), "rewards has 1 non-finite"),
-    (lambda: discounted_returns([0, np.inf], [0, 0], 0.9), "rewards"),
-    (lambda: discounted_returns([0, 1], [0], 0.9), "traj_ids has 1 rows"),
-    (lambda: discounted_returns([0, 1], [0, 0], 1.5), "gamma"),
-    (lambda: episode_scores([[0, 1]], [0]), "rewards must be 1-D"),
-    (lambda: apply_invalid_action_penalty([1], [1, 2], [True], 0.1), "step_returns has 2 rows"),
-    (lambda: apply_invalid_action_penalty([1], [1], [2], 0.1), "valid must be booleans"),
-    (lambda: apply_invalid_action_penalty([1], [1], [True], -0.1), "coef"),
-    (lambda: apply_invalid_action_penalty([np.nan], [1], [True], 0.1), "scores"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: discounted_returns([0, np.nan], [0, 0], 0.9), "rewards has 1 non-finite"),
+        (lambda: discounted_returns([0, np.inf], [0, 0], 0.9), "rewards"),
+        (lambda: discounted_returns([0, 1], [0], 0.9), "traj_ids has 1 rows"),
+        (lambda: discounted_returns([0, 1], [0, 0], 1.5), "gamma"),
+        (lambda: episode_scores([[0, 1]], [0]), "rewards must be 1-D"),
+        (lambda: apply_invalid_action_penalty([1], [1, 2], [True], 0.1), "step_returns has 2 rows"),
+        (lambda: apply_invalid_action_penalty([1], [1], [2], 0.1), "valid must be booleans"),
+        (lambda: apply_invalid_action_penalty([1], [1], [True], -0.1), "coef"),
+        (lambda: apply_invalid_action_penalty([np.nan], [1], [True], 0.1), "scores"),
+    ],
+)
 def test_bad_return_inputs_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()

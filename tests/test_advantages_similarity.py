@@ -72,8 +72,9 @@ def test_fast_similarity_equals_naive_on_random_batches(long, thresh):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2), st.text("ab c", max_size=12)), min_size=1, max_size=25),
-       st.floats(0.05, 0.95))
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.text("ab c", max_size=12)), min_size=1, max_size=25), st.floats(0.05, 0.95)
+)
 def test_fast_similarity_equals_naive_property(rows, thresh):
     eps, anchors = [e for e, _ in rows], [a for _, a in rows]
     fast = similarity_step_groups(np.asarray(eps), anchors, thresh)

@@ -21,9 +21,11 @@ from test_advantages_similarity import naive_groups, same_partition
 
 # Synthetic batches shaped like ALFWorld's and Search-R1's observations (the same generators as
 # benchmarks/advantage_speed.py, copied so that the test imports nothing from benchmarks/).
-WORDS = ("cabinet drawer countertop shelf sinkbasin fridge microwave stoveburner garbagecan toaster "
-         "mug apple knife spoon plate bowl lettuce tomato bread egg potato pan pot kettle vase book "
-         "open closed you see arrive at on in the a nothing happens is").split()
+WORDS = (
+    "cabinet drawer countertop shelf sinkbasin fridge microwave stoveburner garbagecan toaster "
+    "mug apple knife spoon plate bowl lettuce tomato bread egg potato pan pot kettle vase book "
+    "open closed you see arrive at on in the a nothing happens is"
+).split()
 
 
 def sentence(rng: random.Random, lo: int, hi: int) -> str:
@@ -61,8 +63,10 @@ def search_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
     ep, traj, anchors, rewards = [], [], [], []
     for t in range(tasks):
         question = "Question: " + sentence(rng, 40, 90) + "?"
-        pool = [f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
-                for _ in range(6)]
+        pool = [
+            f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
+            for _ in range(6)
+        ]
         for r in range(rollouts):
             for s in range(steps):
                 if s == 0:
@@ -174,8 +178,10 @@ def test_fast_equals_naive_with_many_clusters(thresh):
     assert same_partition(fast.tolist(), naive_groups(eps, anchors, thresh))
 
 
-@pytest.mark.parametrize("make,shape,thresh", [(search_like, (6, 5, 4), 0.9), (search_like, (6, 5, 4), 0.95),
-                                                (alfworld_like, (1, 4, 20), 0.95)])
+@pytest.mark.parametrize(
+    "make,shape,thresh",
+    [(search_like, (6, 5, 4), 0.9), (search_like, (6, 5, 4), 0.95), (alfworld_like, (1, 4, 20), 0.95)],
+)
 def test_fast_equals_naive_on_benchmark_data(make, shape, thresh):
     ep, _, anchors, _ = make(*shape, seed=11)
     fast = similarity_step_groups(ep, anchors, thresh)

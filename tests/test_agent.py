@@ -21,27 +21,39 @@ def tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = ["You are in the middle of a room. Looking quickly around you, you see a cabinet 1.",
-              "go to countertop 1", "take apple 1 from countertop 1", "<think> </think> <action> </action>"] * 20
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    corpus = [
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1.",
+        "go to countertop 1",
+        "take apple 1 from countertop 1",
+        "<think> </think> <action> </action>",
+    ] * 20
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=["<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
     fast.chat_template = CHATML
     return fast
 
 
 # --- parsing: ALFWorld / WebShop -------------------------------------------------------------
-@pytest.mark.parametrize("text,action,valid", [
-    ("<think>look</think><action>go to countertop 1</action>", "go to countertop 1", True),
-    ("<think>x</think><action>  Go To Countertop 1 </action>", "go to countertop 1", True),  # lower + strip
-    ("<action>go to countertop 1</action>", "go to countertop 1", False),  # no think
-    ("<think>x<action>go to countertop 1</action>", "go to countertop 1", False),  # no </think>
-    ("<think>去</think><action>open drawer 1</action>", "open drawer 1", False),  # CJK
-    ("<think>ok</think><action>a</action><action>b</action>", "a", True),  # first block
-    ("<think>ok</think></action>x<action>", "", True),  # reference slicing quirk
-    ("<THINK>ok</THINK><ACTION>look</ACTION>", "look", False),  # think check is on the raw text
-])
+@pytest.mark.parametrize(
+    "text,action,valid",
+    [
+        ("<think>look</think><action>go to countertop 1</action>", "go to countertop 1", True),
+        ("<think>x</think><action>  Go To Countertop 1 </action>", "go to countertop 1", True),  # lower + strip
+        ("<action>go to countertop 1</action>", "go to countertop 1", False),  # no think
+        ("<think>x<action>go to countertop 1</action>", "go to countertop 1", False),  # no </think>
+        ("<think>去</think><action>open drawer 1</action>", "open drawer 1", False),  # CJK
+        ("<think>ok</think><action>a</action><action>b</action>", "a", True),  # first block
+        ("<think>ok</think></action>x<action>", "", True),  # reference slicing quirk
+        ("<THINK>ok</THINK><ACTION>look</ACTION>", "look", False),  # think check is on the raw text
+    ],
+)
 def test_alfworld_parse_table(text, action, valid):
     p = parse_action("alfworld", text)
     assert (p.action, p.valid) == (action, valid)
@@ -63,16 +75,19 @@ def test_webshop_valid_click():
 
 
 # --- parsing: search --------------------------------------------------------------------------
-@pytest.mark.parametrize("text,action,valid,kind", [
-    ("<think>x</think><search> capital of France </search>", "<search>capital of France</search>", True, "search"),
-    ("<think>x</think><answer>Paris</answer>", "<answer>Paris</answer>", True, "answer"),
-    ("<SEARCH>q</SEARCH>", "<search>q</search>", True, "search"),  # tags case-insensitive, no think needed
-    ("<search>q</search><answer>Paris</answer>", "<search>q</search>", False, "search"),  # both kinds
-    ("<answer>Paris</answer><search>q</search>", "<search>q</search>", False, "search"),  # search first
-    ("<search>a</search><search>b</search>", "<search>a</search>", False, "search"),  # repeated
-    ("<answer>a</answer> <answer>b</answer>", "<answer>a</answer>", False, "answer"),
-    ("I think it is Paris", "I think it is Paris", False, "none"),  # raw text when neither
-])
+@pytest.mark.parametrize(
+    "text,action,valid,kind",
+    [
+        ("<think>x</think><search> capital of France </search>", "<search>capital of France</search>", True, "search"),
+        ("<think>x</think><answer>Paris</answer>", "<answer>Paris</answer>", True, "answer"),
+        ("<SEARCH>q</SEARCH>", "<search>q</search>", True, "search"),  # tags case-insensitive, no think needed
+        ("<search>q</search><answer>Paris</answer>", "<search>q</search>", False, "search"),  # both kinds
+        ("<answer>Paris</answer><search>q</search>", "<search>q</search>", False, "search"),  # search first
+        ("<search>a</search><search>b</search>", "<search>a</search>", False, "search"),  # repeated
+        ("<answer>a</answer> <answer>b</answer>", "<answer>a</answer>", False, "answer"),
+        ("I think it is Paris", "I think it is Paris", False, "none"),  # raw text when neither
+    ],
+)
 def test_search_parse_table(text, action, valid, kind):
     p = parse_action("search", text)
     assert (p.action, p.valid, p.kind) == (action, valid, kind)
@@ -89,8 +104,13 @@ def test_unknown_family_is_a_clear_error(tokenizer):
 def test_prompt_holds_task_last_k_history_obs_and_admissible(tokenizer):
     agent = Agent("alfworld", tokenizer, history_length=2)
     hist = [(f"obs number {i}", f"action number {i}") for i in range(5)]
-    p = agent.build_prompt("put an apple in the fridge", "you arrive at fridge 1.", hist, step=5,
-                           admissible_actions=["open fridge 1", "go to sinkbasin 1", "help"])
+    p = agent.build_prompt(
+        "put an apple in the fridge",
+        "you arrive at fridge 1.",
+        hist,
+        step=5,
+        admissible_actions=["open fridge 1", "go to sinkbasin 1", "help"],
+    )
     t = p.text
     assert "put an apple in the fridge" in t and "you arrive at fridge 1." in t
     assert "obs number 3" in t and "action number 4" in t  # last K=2
@@ -106,7 +126,8 @@ def test_search_prompt_defaults_to_k4_and_shows_information(tokenizer):
     agent = Agent("search", tokenizer)
     assert agent.history_length == 4
     hist = [("who wrote x?", "<search>x author</search>")] + [
-        (f"<information>doc {i}</information>", f"<search>q{i}</search>") for i in range(1, 5)]
+        (f"<information>doc {i}</information>", f"<search>q{i}</search>") for i in range(1, 5)
+    ]
     p = agent.build_prompt("who wrote x?", "<information>doc 5</information>", hist, step=5)
     assert "<search>x author</search>" not in p.text and "<search>q1</search>" in p.text
     assert "<information>doc 5</information>" in p.text and "<answer>" in p.text
@@ -156,12 +177,19 @@ def test_render_prompt_omits_history_block_at_step_zero():
 
 
 # --- expert responses ---------------------------------------------------------------------------
-@pytest.mark.parametrize("family,action", [
-    ("alfworld", "go to countertop 1"), ("alfworld", "take apple 1 from countertop 1"),
-    ("alfworld", "move apple 1 to fridge 1"), ("alfworld", "heat egg 2 with microwave 1"),
-    ("alfworld", "Open Drawer 3"), ("webshop", "search[red running shoes]"), ("webshop", "click[buy now]"),
-    ("webshop", "click[b0012345]"),
-])
+@pytest.mark.parametrize(
+    "family,action",
+    [
+        ("alfworld", "go to countertop 1"),
+        ("alfworld", "take apple 1 from countertop 1"),
+        ("alfworld", "move apple 1 to fridge 1"),
+        ("alfworld", "heat egg 2 with microwave 1"),
+        ("alfworld", "Open Drawer 3"),
+        ("webshop", "search[red running shoes]"),
+        ("webshop", "click[buy now]"),
+        ("webshop", "click[b0012345]"),
+    ],
+)
 def test_expert_response_parses_back_to_a_valid_action(family, action):
     text = format_expert_response(family, action)
     p = parse_action(family, text)
@@ -169,10 +197,15 @@ def test_expert_response_parses_back_to_a_valid_action(family, action):
     assert text.startswith("<think>") and len(text) < 200
 
 
-@pytest.mark.parametrize("family,action", [
-    ("alfworld", "Take Apple 1 from countertop 1"), ("webshop", "click[buy now]"),
-    ("search", "<think>I need x</think><search>author of x</search>"), ("search", "<answer>paris</answer>"),
-])
+@pytest.mark.parametrize(
+    "family,action",
+    [
+        ("alfworld", "Take Apple 1 from countertop 1"),
+        ("webshop", "click[buy now]"),
+        ("search", "<think>I need x</think><search>author of x</search>"),
+        ("search", "<answer>paris</answer>"),
+    ],
+)
 def test_empty_think_responses_stay_valid_and_keep_the_action(family, action):
     text = format_expert_response(family, action, think="empty")
     assert text.startswith("<think></think>") and text.count("<think>") == 1
@@ -186,7 +219,8 @@ def test_search_expert_response_keeps_tags_and_adds_think():
     t = format_expert_response("search", "<search>author of x</search>")
     p = parse_action("search", t)
     assert p.valid and p.action == "<search>author of x</search>" and "<think>" in t
-    assert (format_expert_response("search", "<think>a</think><answer>b</answer>")
-            == "<think>a</think><answer>b</answer>")
+    assert (
+        format_expert_response("search", "<think>a</think><answer>b</answer>") == "<think>a</think><answer>b</answer>"
+    )
     with pytest.raises(ValueError, match="<search> or <answer>"):
         format_expert_response("search", "paris")

@@ -29,9 +29,13 @@ def test_clean_text_replaces_lone_surrogates_and_joins_pairs():
 @pytest.mark.parametrize("family", ["alfworld", "webshop", "search"])
 def test_lone_surrogates_in_task_observation_history_and_actions_give_a_prompt(tiny_tok, family):
     agent = Agent(family, tiny_tok, max_prompt_tokens=1024)
-    p = agent.build_prompt("put a clean \ud800 apple in fridge", "You see a cabinet \udfff 1 and a drawer 2.",
-                           [("You arrive at \ud800 countertop 1.", "<think>x</think><action>go \udc80 to</action>")],
-                           step=1, admissible_actions=["go to cabinet 1", "take \ud800 1"])
+    p = agent.build_prompt(
+        "put a clean \ud800 apple in fridge",
+        "You see a cabinet \udfff 1 and a drawer 2.",
+        [("You arrive at \ud800 countertop 1.", "<think>x</think><action>go \udc80 to</action>")],
+        step=1,
+        admissible_actions=["go to cabinet 1", "take \ud800 1"],
+    )
     text = tiny_tok.decode(p.ids)
     assert "\ufffd" in p.text and "\ud800" not in p.text and text == p.text
     for kept in ("apple in fridge", "cabinet", "drawer 2", "countertop 1"):
@@ -39,11 +43,18 @@ def test_lone_surrogates_in_task_observation_history_and_actions_give_a_prompt(t
 
 
 def test_lone_surrogate_in_a_corpus_document_reaches_the_prompt_as_a_replacement(tiny_tok):
-    docs = [{"id": "0", "contents": '"Quorvath Pellin"\nQuorvath Pellin \ud800 is a glassmaker born in Brisk Hollow.'},
-            {"id": "1", "contents": '"Tamsor"\nTamsor is a republic whose capital is Vell.'}]
+    docs = [
+        {"id": "0", "contents": '"Quorvath Pellin"\nQuorvath Pellin \ud800 is a glassmaker born in Brisk Hollow.'},
+        {"id": "1", "contents": '"Tamsor"\nTamsor is a republic whose capital is Vell.'},
+    ]
     env = make_env("search", retriever=BM25Retriever(docs))
-    task = Task("search", "t0", "train", "single_hop", {"question": "Where was Quorvath Pellin born?",
-                                                         "golden_answers": ["Brisk \udfff Hollow"]})
+    task = Task(
+        "search",
+        "t0",
+        "train",
+        "single_hop",
+        {"question": "Where was Quorvath Pellin born?", "golden_answers": ["Brisk \udfff Hollow"]},
+    )
     q, _ = env.reset(task)
     obs, _, _, _ = env.step("<search>Quorvath Pellin glassmaker</search>")
     assert "\ud800" in obs  # the env passes the document through untouched

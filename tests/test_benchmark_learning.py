@@ -101,19 +101,42 @@ def test_mean_and_sample_sd_in_points():
 
 
 def test_dry_run_prints_an_estimate_and_runs_nothing(tmp_path):
-    out = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs"),
-                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--dry-run",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     # 18 planned, 15 to train: gigpo_no_step's 3 are GRPO's runs (identical advantages)
     assert re.search(r"estimate: ~\d+ min wall \(15 run\(s\) to do", out.stdout), out.stdout
     plan = json.loads((tmp_path / "runs" / "plan.json").read_text())
     assert len(plan["runs"]) == 18 and not (tmp_path / "out").exists()
     assert {r["same_as"] for r in plan["runs"] if "same_as" in r} == {"grpo-s0", "grpo-s1", "grpo-s2"}
-    again = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--rerun-identical", "--runs-dir",
-                            str(tmp_path / "runs2")], capture_output=True, text=True, timeout=60, check=True)
+    again = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--rerun-identical", "--runs-dir", str(tmp_path / "runs2")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert "(18 run(s) to do" in again.stdout
     # the budget's bf16 update is ~1.6x faster than float32: the estimate follows the precision
-    fp32 = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs3"),
-                           "train.autocast=none"], capture_output=True, text=True, timeout=60, check=True)
+    fp32 = subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs3"), "train.autocast=none"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     minutes = [int(re.search(r"estimate: ~(\d+) min", o.stdout).group(1)) for o in (out, fp32)]
     assert minutes[1] > 1.3 * minutes[0], minutes
 
@@ -123,8 +146,19 @@ def quick(tmp_path_factory):
     """One real --quick comparison: 2 estimators x 1 seed x 1 iteration of `tiny` on ALFWorld
     (plus gigpo_no_step, reported from GRPO's run, not rerun)."""
     root = tmp_path_factory.mktemp("learning")
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--estimators", "gigpo_std_norm,grpo,gigpo_no_step", "--seeds", "0",
-           "--runs-dir", str(root / "runs"), "--out", str(root / "out")]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--quick",
+        "--estimators",
+        "gigpo_std_norm,grpo,gigpo_no_step",
+        "--seeds",
+        "0",
+        "--runs-dir",
+        str(root / "runs"),
+        "--out",
+        str(root / "out"),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -155,8 +189,10 @@ def test_quick_writes_summaries_table_and_plots_from_real_runs(quick):
         assert float(cells[3].split()[0]) == pytest.approx(final, abs=0.05)
         assert float(cells[-2]) == pytest.approx(s["train"][0]["time/iteration"], abs=0.05)
     # the shared start: both runs name the same SFT checkpoint
-    cfgs = {json.loads((res / f"{v}-s0.json").read_text())["config"]["model.name_or_path"]
-            for v in ("gigpo_std_norm", "grpo")}
+    cfgs = {
+        json.loads((res / f"{v}-s0.json").read_text())["config"]["model.name_or_path"]
+        for v in ("gigpo_std_norm", "grpo")
+    }
     assert len(cfgs) == 1 and "sft-alfworld-" in cfgs.pop()
     # the eval before training ran once per seed (first variant) and is shared with the others
     grpo = json.loads((res / "grpo-s0.json").read_text())

@@ -8,8 +8,16 @@ diag = load("run_diagnosis.py", "bench_run_diagnosis")
 
 
 def _row(traj, step, action, obs, group, a=0.5, won=False):
-    return {"episode_id": 0, "traj_id": traj, "step": step, "action": action, "observation": obs,
-            "step_group": group, "A": a, "won": won}
+    return {
+        "episode_id": 0,
+        "traj_id": traj,
+        "step": step,
+        "action": action,
+        "observation": obs,
+        "step_group": group,
+        "A": a,
+        "won": won,
+    }
 
 
 def test_put_backs_and_groups_mixing_held_states_are_counted(tmp_path):

@@ -25,13 +25,25 @@ def test_finished_seeds_are_read_from_their_summary_and_tabulated(tmp_path):
     args = seeds.parse_args(["--out", str(tmp_path)])
     for seed, (before, final, last) in enumerate([(0.40, 0.55, 0.50), (0.50, 0.45, 0.10)]):
         (tmp_path / f"s{seed}").mkdir()
-        (tmp_path / f"s{seed}" / "summary.json").write_text(json.dumps({
-            "success_before": before, "success_final": final, "success_last": last,
-            "models": {"model": 15, "model_last": 20}, "iterations": 20, "rollbacks": seed,
-            "stop_reason": None, "best_val_success": 0.6, "phases": {"sft": 300, "train": 600},
-            "start_model_sha256": "ab" * 32}))
-    (tmp_path / "s0" / "metrics.jsonl").write_text("".join(
-        json.dumps({"iteration": i, "system/rss_gb": g}) + "\n" for i, g in enumerate([2.5, 3.25, 3.0])))
+        (tmp_path / f"s{seed}" / "summary.json").write_text(
+            json.dumps(
+                {
+                    "success_before": before,
+                    "success_final": final,
+                    "success_last": last,
+                    "models": {"model": 15, "model_last": 20},
+                    "iterations": 20,
+                    "rollbacks": seed,
+                    "stop_reason": None,
+                    "best_val_success": 0.6,
+                    "phases": {"sft": 300, "train": 600},
+                    "start_model_sha256": "ab" * 32,
+                }
+            )
+        )
+    (tmp_path / "s0" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"iteration": i, "system/rss_gb": g}) + "\n" for i, g in enumerate([2.5, 3.25, 3.0]))
+    )
     rows = [seeds.run_seed(args, s, None) for s in (0, 1)]
     assert rows[1]["last"] == 0.10 and rows[0]["minutes"] == 15
     assert rows[0]["peak_rss_gb"] == 3.25 and rows[1]["peak_rss_gb"] == 0.0

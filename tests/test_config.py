@@ -25,8 +25,15 @@ def test_every_shipped_config_loads_and_validates(path):
 
 def test_required_configs_exist():
     names = {p.name for p in CONFIGS}
-    for n in ("alfworld_tiny", "webshop_tiny", "search_tiny", "alfworld_smollm2",
-              "alfworld_qwen2.5_1.5b", "webshop_qwen2.5_1.5b", "search_qwen2.5_7b"):
+    for n in (
+        "alfworld_tiny",
+        "webshop_tiny",
+        "search_tiny",
+        "alfworld_smollm2",
+        "alfworld_qwen2.5_1.5b",
+        "webshop_qwen2.5_1.5b",
+        "search_qwen2.5_7b",
+    ):
         assert f"{n}.yaml" in names
 
 
@@ -40,8 +47,10 @@ def test_paper_configs_carry_paper_values():
 
 
 def test_overrides_set_dotted_keys_with_types():
-    cfg = load_config(None, ["algorithm.estimator=grpo", "train.lr=1e-5", "env.group_size=3",
-                             "train.use_kl=false", "env.kwargs.foo=7"])
+    cfg = load_config(
+        None,
+        ["algorithm.estimator=grpo", "train.lr=1e-5", "env.group_size=3", "train.use_kl=false", "env.kwargs.foo=7"],
+    )
     assert cfg.algorithm.estimator == "grpo" and cfg.train.lr == 1e-5
     assert cfg.env.group_size == 3 and cfg.train.use_kl is False and cfg.env.kwargs == {"foo": 7}
 
@@ -74,12 +83,19 @@ def test_wrong_type_names_key():
         load_config(None, ["train.use_kl=3"])
 
 
-@pytest.mark.parametrize("override,key", [
-    ("algorithm.estimator=gipo", "gigpo"), ("algorithm.gamma=1.5", "algorithm.gamma"),
-    ("train.kl_type=lowvar_kl", "low_var_kl"), ("train.dual_clip_c=0.5", "dual_clip_c"),
-    ("env.family=alfwrld", "alfworld"), ("train.loss_agg_mode=token_mean", "token-mean"),
-    ("env.group_size=0", "env.group_size"), ("sft.think=none", "sft.think"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("algorithm.estimator=gipo", "gigpo"),
+        ("algorithm.gamma=1.5", "algorithm.gamma"),
+        ("train.kl_type=lowvar_kl", "low_var_kl"),
+        ("train.dual_clip_c=0.5", "dual_clip_c"),
+        ("env.family=alfwrld", "alfworld"),
+        ("train.loss_agg_mode=token_mean", "token-mean"),
+        ("env.group_size=0", "env.group_size"),
+        ("sft.think=none", "sft.think"),
+    ],
+)
 def test_invalid_values_rejected_up_front(override, key):
     with pytest.raises(ConfigError, match=key):
         load_config(None, [override])
@@ -148,8 +164,9 @@ def test_sft_cache_key_follows_the_tiny_build(monkeypatch):
     assert sft_key(cfg) != before  # a changed tiny architecture must not reuse an old SFT model
 
 
-@pytest.mark.parametrize("override", ["train.lr=.inf", "train.lr=nan", "algorithm.gamma=.nan", "sft.lr=-.inf",
-                                      "env.step_timeout=.inf"])
+@pytest.mark.parametrize(
+    "override", ["train.lr=.inf", "train.lr=nan", "algorithm.gamma=.nan", "sft.lr=-.inf", "env.step_timeout=.inf"]
+)
 def test_non_finite_floats_are_config_errors(override):
     with pytest.raises(ConfigError, match=rf"{override.split('=')[0]}: must be a finite number"):
         load_config(None, [override, "env.executor=thread"])
@@ -173,8 +190,10 @@ def test_torch_threads_far_beyond_the_cpus_is_an_error():
 def test_env_timeouts_default_by_executor_and_need_an_interruptible_one():
     assert load_config(None, []).env.timeouts() == (None, None)
     assert load_config(None, ["env.executor=process"]).env.timeouts() == (60.0, 300.0)
-    assert load_config(None, ["env.executor=thread", "env.step_timeout=0",
-                              "env.reset_timeout=5"]).env.timeouts() == (None, 5.0)
+    assert load_config(None, ["env.executor=thread", "env.step_timeout=0", "env.reset_timeout=5"]).env.timeouts() == (
+        None,
+        5.0,
+    )
     with pytest.raises(ConfigError, match=r"env\.step_timeout: needs env\.executor=thread or process"):
         load_config(None, ["env.step_timeout=5"])
     with pytest.raises(ConfigError, match=r"env\.reset_timeout: must be >= 0"):
@@ -195,8 +214,9 @@ def test_every_config_has_room_for_its_validation_tasks_and_takes_the_guards(pat
 def test_estimator_options_take_the_estimators_names_and_defaults():
     from gigpo.advantages import ESTIMATORS, compute_advantages, estimator_options, register
 
-    cfg = load_config(None, ["algorithm.estimator=gigpo", "algorithm.step_weight=0.5",
-                             "algorithm.similarity_threshold=0.9"])
+    cfg = load_config(
+        None, ["algorithm.estimator=gigpo", "algorithm.step_weight=0.5", "algorithm.similarity_threshold=0.9"]
+    )
     assert cfg.algorithm.estimator_options() == {"step_weight": 0.5, "similarity_threshold": 0.9}
     # unset = the estimator's own default: the CLI and compute_advantages agree
     assert load_config(None, []).algorithm.estimator_options() == {}
@@ -207,6 +227,7 @@ def test_estimator_options_take_the_estimators_names_and_defaults():
     with pytest.raises(ConfigError, match="algorithm.step_weight"):
         load_config(None, ["algorithm.estimator=grpo", "algorithm.step_weight=2"])
     assert load_config(None, ["algorithm.estimator=rloo", "algorithm.mode=null"]).algorithm.mode is None
+
     # estimator names come from the registry: one registered in Python is valid in the config
     @register("test_scaled_grpo")
     def _scaled(*, scores, step_returns, episode_ids, traj_ids, anchors, epsilon=1e-6):
@@ -226,12 +247,16 @@ def test_estimator_options_take_the_estimators_names_and_defaults():
 def test_configs_with_the_old_option_names_still_load(tmp_path):
     """Run dirs written with step_advantage_w / enable_similarity + similarity_thresh resume."""
     p = tmp_path / "old.yaml"
-    p.write_text("algorithm: {estimator: gigpo, mode: mean_std_norm, step_advantage_w: 0.5, enable_similarity: true,"
-                 " similarity_thresh: 0.8, epsilon: 1.0e-6}\n")
+    p.write_text(
+        "algorithm: {estimator: gigpo, mode: mean_std_norm, step_advantage_w: 0.5, enable_similarity: true,"
+        " similarity_thresh: 0.8, epsilon: 1.0e-6}\n"
+    )
     a = load_config(p).algorithm
     assert (a.step_weight, a.similarity_threshold, a.mode) == (0.5, 0.8, "mean_std_norm")
-    p.write_text("algorithm: {estimator: rloo, mode: mean_std_norm, step_advantage_w: 1.0, enable_similarity: false,"
-                 " similarity_thresh: 0.95, epsilon: 1.0e-6}\n")
+    p.write_text(
+        "algorithm: {estimator: rloo, mode: mean_std_norm, step_advantage_w: 1.0, enable_similarity: false,"
+        " similarity_thresh: 0.95, epsilon: 1.0e-6}\n"
+    )
     a = load_config(p).algorithm  # old configs listed every option: those rloo does not take are dropped
     assert a.estimator_options() == {}
 

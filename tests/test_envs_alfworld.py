@@ -69,8 +69,9 @@ def test_reset_observation_looks_like_alfworld_and_is_identical_across_instances
     task = make_tasks("alfworld", "train", n=1, seed=11, task_types=["pick_cool_then_place_in_recep"])[0]
     obs, info = env.reset(task)
     assert isinstance(env, TextEnv)
-    assert obs.startswith("-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. "
-                          "Looking quickly around you, you see a ")
+    assert obs.startswith(
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see a "
+    )
     assert re.search(r"\n\nYour task is to: (put a cool|cool some) \w+ (and put it )?in \w+\.$", obs)
     assert info["instruction"] == obs.partition("Your task is to: ")[2]
     assert info["anchor"] == obs and info["won"] is False and info["score"] == 0.0
@@ -207,10 +208,12 @@ def test_valid_seen_eval_split_is_new_layouts_of_training_goals(env):
     obs_seen, _ = env.reset(task)
     obs_train, _ = env.reset(twin)
     words = [task_words(o.split("Your task is to:")[1]) for o in (obs_seen, obs_train)]
-    assert [(m.group("obj"), m.group("rec")) for m in words] == [(task.data["spec"]["obj"].lower(),
-                                                                  task.data["spec"]["recep"].lower())] * 2
-    assert (build_layout(GameSpec(**task.data["spec"]))["objects"]
-            != build_layout(GameSpec(**twin.data["spec"]))["objects"])
+    assert [(m.group("obj"), m.group("rec")) for m in words] == [
+        (task.data["spec"]["obj"].lower(), task.data["spec"]["recep"].lower())
+    ] * 2
+    assert (
+        build_layout(GameSpec(**task.data["spec"]))["objects"] != build_layout(GameSpec(**twin.data["spec"]))["objects"]
+    )
     first_scene = env.reset(task)[0]
     for _ in range(50):
         obs, reward, done, info = env.step(env.expert_action())

@@ -39,8 +39,13 @@ class CorridorEnv:
 
     def _obs(self) -> tuple[str, dict]:
         acts = [a for a, ok in (("left", self.pos > 0), ("right", self.pos < self.length - 1)) if ok]
-        info = {"admissible_actions": acts + ["wait"], "won": self.pos == self.goal,
-                "score": 1.0 - abs(self.pos - self.goal) / self.length, "t": self.t, "pid": os.getpid()}
+        info = {
+            "admissible_actions": acts + ["wait"],
+            "won": self.pos == self.goal,
+            "score": 1.0 - abs(self.pos - self.goal) / self.length,
+            "t": self.t,
+            "pid": os.getpid(),
+        }
         return f"Room {self.pos} of {self.length}. Reach room {self.goal}.", info
 
     def reset(self, task: Task):
@@ -83,8 +88,15 @@ class NoisyResetEnv(CorridorEnv):
 
 
 def corridor_tasks(n: int, length: int = 6) -> list[Task]:
-    return [Task("corridor", f"c{i}", task_type=f"type{i % 2}",
-                 data={"length": length, "goal": (i + 3) % length, "start": i % length}) for i in range(n)]
+    return [
+        Task(
+            "corridor",
+            f"c{i}",
+            task_type=f"type{i % 2}",
+            data={"length": length, "goal": (i + 3) % length, "start": i % length},
+        )
+        for i in range(n)
+    ]
 
 
 def present_families() -> list[str]:
@@ -120,8 +132,10 @@ def test_slots_are_group_major_and_groups_start_identical():
         for i, (obs, info) in enumerate(first):
             assert envs.group(i) == i // 3
             assert envs.results()[i].task == tasks[i // 3]
-            assert (obs, info["admissible_actions"]) == (first[(i // 3) * 3][0],
-                                                         first[(i // 3) * 3][1]["admissible_actions"])
+            assert (obs, info["admissible_actions"]) == (
+                first[(i // 3) * 3][0],
+                first[(i // 3) * 3][1]["admissible_actions"],
+            )
         assert len({first[g * 3][0] for g in range(4)}) == 4
 
 
@@ -198,8 +212,12 @@ def test_results_fields():
             envs.step({s: experts[s] if s % 2 == 0 else "wait" for s in envs.active()})
         res = envs.results()
         assert all(isinstance(r, EpisodeResult) for r in res)
-        assert [(r.slot, r.group, r.task_type) for r in res] == [(0, 0, "type0"), (1, 0, "type0"),
-                                                                  (2, 1, "type1"), (3, 1, "type1")]
+        assert [(r.slot, r.group, r.task_type) for r in res] == [
+            (0, 0, "type0"),
+            (1, 0, "type0"),
+            (2, 1, "type1"),
+            (3, 1, "type1"),
+        ]
         assert [r.won for r in res] == [True, False, True, False]
         assert [r.score for r in res] == [1.0, 0.5, 1.0, 0.5]
         assert [r.total_reward for r in res] == [1.0, 0.0, 1.0, 0.0]
@@ -247,9 +265,11 @@ def _trace(executor: str, factory, tasks, **kw):
         first = envs.reset(tasks)
         steps = run_policy(envs, lambda s, o: _scripted_actions(7, s, o))
         strip = lambda info: {k: v for k, v in info.items() if k != "pid"}  # noqa: E731
-        return ([(o, strip(i)) for o, i in first],
-                [{s: (t.observation, t.reward, t.done, t.truncated, strip(t.info)) for s, t in d.items()}
-                 for d in steps], envs.results())
+        return (
+            [(o, strip(i)) for o, i in first],
+            [{s: (t.observation, t.reward, t.done, t.truncated, strip(t.info)) for s, t in d.items()} for d in steps],
+            envs.results(),
+        )
 
 
 def test_process_and_thread_executors_match_inline():
@@ -270,8 +290,7 @@ def test_process_executor_matches_inline_on_family(family):
         with GroupedEnvs(family, group_size=2, max_steps=3, executor=executor, num_workers=2) as envs:
             out = [envs.reset(tasks)]
             while envs.active():
-                out.append({s: (t.observation, t.reward, t.done) for s, t in
-                            envs.step(envs.expert_actions()).items()})
+                out.append({s: (t.observation, t.reward, t.done) for s, t in envs.step(envs.expert_actions()).items()})
             return out
 
     assert trace("process") == trace("inline")
@@ -279,8 +298,7 @@ def test_process_executor_matches_inline_on_family(family):
 
 @pytest.mark.parametrize("executor", ["inline", "thread", "process"])
 def test_env_exception_fails_only_its_episode(executor):
-    with GroupedEnvs(env_factory=CorridorEnv, group_size=2, max_steps=4, executor=executor,
-                     num_workers=2) as envs:
+    with GroupedEnvs(env_factory=CorridorEnv, group_size=2, max_steps=4, executor=executor, num_workers=2) as envs:
         envs.reset(corridor_tasks(2))
         out = envs.step({0: "wait", 1: "__boom__", 2: "wait", 3: "wait"})
         assert out[1].failed and out[1].done and "RuntimeError: engine crashed" in out[1].info["error"]
@@ -297,8 +315,15 @@ def test_env_exception_fails_only_its_episode(executor):
 @pytest.mark.parametrize("executor", ["thread", "process"])
 def test_hung_step_times_out_and_fails_only_that_episode(executor):
     # 3 slots on 2 workers: slot 1 is alone on worker 1, so killing that worker loses nothing else.
-    with GroupedEnvs(env_factory=CorridorEnv, group_size=1, max_steps=4, executor=executor,
-                     num_workers=2, step_timeout=1.0, reset_timeout=30.0) as envs:
+    with GroupedEnvs(
+        env_factory=CorridorEnv,
+        group_size=1,
+        max_steps=4,
+        executor=executor,
+        num_workers=2,
+        step_timeout=1.0,
+        reset_timeout=30.0,
+    ) as envs:
         envs.reset(corridor_tasks(3))
         t0 = time.monotonic()
         out = envs.step({0: "wait", 1: "__hang__", 2: "right"})
@@ -316,8 +341,9 @@ def test_hung_step_times_out_and_fails_only_that_episode(executor):
 def test_hung_reset_times_out_and_fails_only_that_slot(executor):
     tasks = corridor_tasks(3)
     tasks[1] = Task("corridor", "stuck", data={"hang_reset": True})
-    with GroupedEnvs(env_factory=CorridorEnv, group_size=1, max_steps=4, executor=executor,
-                     num_workers=2, reset_timeout=1.0) as envs:
+    with GroupedEnvs(
+        env_factory=CorridorEnv, group_size=1, max_steps=4, executor=executor, num_workers=2, reset_timeout=1.0
+    ) as envs:
         first = envs.reset(tasks)
         assert envs.active() == [0, 2] and first[0][0].startswith("Room 0") and first[2][0].startswith("Room 2")
         assert "reset failed: reset of slot 1 timed out after 1 s" in envs.results()[1].error
@@ -326,8 +352,9 @@ def test_hung_reset_times_out_and_fails_only_that_slot(executor):
 
 
 def test_killed_worker_fails_its_episodes_and_others_go_on():
-    with GroupedEnvs(env_factory=CorridorEnv, group_size=2, max_steps=6, executor="process",
-                     num_workers=2, step_timeout=20.0) as envs:
+    with GroupedEnvs(
+        env_factory=CorridorEnv, group_size=2, max_steps=6, executor="process", num_workers=2, step_timeout=20.0
+    ) as envs:
         envs.reset(corridor_tasks(2))  # worker 0 holds slots 0, 2; worker 1 holds 1, 3
         envs.step({s: "wait" for s in envs.active()})
         victim = envs.worker_pid(0)
@@ -366,9 +393,13 @@ def test_benchmark_quick_prints_table():
     fams = [f for f in ("search", "webshop", "alfworld") if f in PRESENT]
     if not fams:
         pytest.skip("no env family is present yet")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "env_throughput.py"), "--quick",
-                           "--families", fams[0]], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "env_throughput.py"), "--quick", "--families", fams[0]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()
     assert any(line.startswith("machine:") and "cores" in line for line in lines)

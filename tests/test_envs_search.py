@@ -15,9 +15,18 @@ import urllib.request
 import pytest
 
 from gigpo.envs import Task, make_env, make_tasks
-from gigpo.envs.search import (INVALID_ACTION_MESSAGE, BM25Retriever, HTTPRetriever, RetrieverError,
-                               exact_match, format_docs, generate_world, load_corpus_jsonl,
-                               normalize_answer, parse_action)
+from gigpo.envs.search import (
+    INVALID_ACTION_MESSAGE,
+    BM25Retriever,
+    HTTPRetriever,
+    RetrieverError,
+    exact_match,
+    format_docs,
+    generate_world,
+    load_corpus_jsonl,
+    normalize_answer,
+    parse_action,
+)
 from gigpo.envs.search import retrievers as retr
 from gigpo.envs.search.server import serve_in_thread
 
@@ -51,16 +60,20 @@ def _free_port() -> int:
 
 # ---- exact match -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pred, gold, em", [
-    ("Brisk Hollow", ["Brisk Hollow"], 1.0),
-    ("  brisk   HOLLOW. ", ["Brisk Hollow"], 1.0),          # case, punctuation, whitespace
-    ("The Brisk Hollow", ["Brisk Hollow"], 1.0),            # article dropped
-    ("an apple", ["Apple!"], 1.0),
-    ("Brisk", ["Brisk Hollow"], 0.0),                       # partial is not exact
-    ("Tamsor", ["Vell", "tamsor"], 1.0),                    # any golden answer counts
-    ("theatre", ["atre"], 0.0),                             # articles only as whole words
-    ("", ["x"], 0.0),
-])
+
+@pytest.mark.parametrize(
+    "pred, gold, em",
+    [
+        ("Brisk Hollow", ["Brisk Hollow"], 1.0),
+        ("  brisk   HOLLOW. ", ["Brisk Hollow"], 1.0),  # case, punctuation, whitespace
+        ("The Brisk Hollow", ["Brisk Hollow"], 1.0),  # article dropped
+        ("an apple", ["Apple!"], 1.0),
+        ("Brisk", ["Brisk Hollow"], 0.0),  # partial is not exact
+        ("Tamsor", ["Vell", "tamsor"], 1.0),  # any golden answer counts
+        ("theatre", ["atre"], 0.0),  # articles only as whole words
+        ("", ["x"], 0.0),
+    ],
+)
 def test_exact_match_normalises_like_search_r1(pred, gold, em):
     assert exact_match(pred, gold) == em
 
@@ -71,19 +84,24 @@ def test_normalize_answer_steps():
 
 # ---- action parsing ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("<think>hm</think>\n<search> who is X </search>", ("search", "who is X")),
-    ("<ANSWER>Vell</Answer>", ("answer", "Vell")),
-    ("<answer>a</answer><search>q</search>", ("search", "q")),   # search block first, as verl-agent
-    ("<search>unclosed <answer>b</answer>", ("answer", "b")),
-    ("no tags at all", ("invalid", "")),
-    ("<search>q", ("invalid", "")),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>hm</think>\n<search> who is X </search>", ("search", "who is X")),
+        ("<ANSWER>Vell</Answer>", ("answer", "Vell")),
+        ("<answer>a</answer><search>q</search>", ("search", "q")),  # search block first, as verl-agent
+        ("<search>unclosed <answer>b</answer>", ("answer", "b")),
+        ("no tags at all", ("invalid", "")),
+        ("<search>q", ("invalid", "")),
+    ],
+)
 def test_parse_action_first_search_else_first_answer(text, expected):
     assert parse_action(text) == expected
 
 
 # ---- the step protocol ---------------------------------------------------------------------------
+
 
 def test_format_docs_matches_search_r1_passages2string():
     hits = [{"contents": '"T1"\nline a\nline b'}, {"contents": '"T2"\nbody'}]
@@ -123,8 +141,8 @@ def test_anchor_sequence_question_then_previous_tool_output(env):
         anchors.append(info["anchor"])
     assert anchors[0] == "Where was Quorvath Pellin born?"
     assert anchors[1].startswith("<information>") and "Tamsor" in anchors[1]
-    assert anchors[2] == ""                                # no <search> query in that step
-    assert anchors[3].startswith("Search error") and info["tool_calls"] == 2   # empty query
+    assert anchors[2] == ""  # no <search> query in that step
+    assert anchors[3].startswith("Search error") and info["tool_calls"] == 2  # empty query
 
 
 def test_invalid_action_gets_search_r1_message_and_episode_goes_on(env):
@@ -133,8 +151,17 @@ def test_invalid_action_gets_search_r1_message_and_episode_goes_on(env):
     assert obs == INVALID_ACTION_MESSAGE and (reward, done) == (0.0, False) and info["action_kind"] == "invalid"
 
 
-@pytest.mark.parametrize("action", ["", "x" * 100_000, "<search>" * 20_000, "<search>" + "q " * 50_000 + "</search>",
-                                    "\x00\ud800 💥 ✓ ̸ \u202e<search>ünïcødé 東京</search>", "</answer><answer>"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "",
+        "x" * 100_000,
+        "<search>" * 20_000,
+        "<search>" + "q " * 50_000 + "</search>",
+        "\x00\ud800 💥 ✓ ̸ \u202e<search>ünïcødé 東京</search>",
+        "</answer><answer>",
+    ],
+)
 def test_any_action_string_is_legal(env, action):
     env.reset(_task())
     t0 = time.perf_counter()
@@ -152,6 +179,7 @@ def test_generated_task_from_another_world_is_refused():
 
 # ---- retrievers and the server -----------------------------------------------------------------
 
+
 def test_http_retriever_against_shipped_server_matches_local_bm25(small_retriever):
     server, url = serve_in_thread(small_retriever)
     try:
@@ -162,8 +190,11 @@ def test_http_retriever_against_shipped_server_matches_local_bm25(small_retrieve
         assert remote[1][0]["contents"] == DOCS[3]["contents"]
         assert [h["score"] for h in remote[0]] == pytest.approx([h["score"] for h in local[0]])
         # The wire format is Search-R1's: {"result": [[{"document": {...}, "score": s}]]}.
-        req = urllib.request.Request(url, data=json.dumps({"queries": ["Tamsor"], "topk": 1,
-                                     "return_scores": True}).encode(), headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url,
+            data=json.dumps({"queries": ["Tamsor"], "topk": 1, "return_scores": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         raw = json.loads(urllib.request.urlopen(req, timeout=10).read())
         assert set(raw["result"][0][0]) == {"document", "score"} and raw["result"][0][0]["document"]["id"] == "2"
         # The env over HTTP sees exactly what it sees locally.
@@ -173,8 +204,9 @@ def test_http_retriever_against_shipped_server_matches_local_bm25(small_retrieve
         action = "<search>where was Quorvath Pellin born</search>"
         assert env_http.step(action)[0] == env_local.step(action)[0]
         # A bad request is a clear 400, not a crash of the server.
-        bad = urllib.request.Request(url, data=b'{"queries": "not a list"}',
-                                     headers={"Content-Type": "application/json"})
+        bad = urllib.request.Request(
+            url, data=b'{"queries": "not a list"}', headers={"Content-Type": "application/json"}
+        )
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(bad, timeout=10)
         assert err.value.code == 400
@@ -201,8 +233,12 @@ def test_server_module_runs_as_a_command(tmp_path):
     corpus.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.Popen([sys.executable, "-m", "gigpo.envs.search.server", "--corpus", str(corpus),
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gigpo.envs.search.server", "--corpus", str(corpus), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     try:
         assert "serving 4 documents" in proc.stdout.readline().decode()
         hits = HTTPRetriever(f"http://127.0.0.1:{port}/retrieve", timeout=10, retries=0).search(["Tamsor capital"], 1)
@@ -236,23 +272,36 @@ def test_bad_corpus_files_get_clear_errors(tmp_path):
 
 # ---- task sets -----------------------------------------------------------------------------------
 
+
 def test_search_r1_parquet_tasks_and_jsonl_corpus(tmp_path):
     pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
     rows = [  # Search-R1's nq_search.py columns
-        {"id": "test_0", "question": "where was quorvath pellin born", "golden_answers": ["Brisk Hollow", "Brisk"],
-         "data_source": "nq", "prompt": [{"role": "user", "content": "Answer ... Question: where was ..."}],
-         "ability": "fact-reasoning", "reward_model": {"style": "rule", "ground_truth": {"target": ["Brisk Hollow"]}},
-         "extra_info": {"split": "test", "index": 0}},
-        {"id": "test_1", "question": "In which republic is Brisk Hollow?", "golden_answers": None,
-         "data_source": "hotpotqa", "prompt": [{"role": "user", "content": "..."}], "ability": "fact-reasoning",
-         "reward_model": {"style": "rule", "ground_truth": {"target": ["Tamsor"]}},
-         "extra_info": {"split": "test", "index": 1}},
+        {
+            "id": "test_0",
+            "question": "where was quorvath pellin born",
+            "golden_answers": ["Brisk Hollow", "Brisk"],
+            "data_source": "nq",
+            "prompt": [{"role": "user", "content": "Answer ... Question: where was ..."}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["Brisk Hollow"]}},
+            "extra_info": {"split": "test", "index": 0},
+        },
+        {
+            "id": "test_1",
+            "question": "In which republic is Brisk Hollow?",
+            "golden_answers": None,
+            "data_source": "hotpotqa",
+            "prompt": [{"role": "user", "content": "..."}],
+            "ability": "fact-reasoning",
+            "reward_model": {"style": "rule", "ground_truth": {"target": ["Tamsor"]}},
+            "extra_info": {"split": "test", "index": 1},
+        },
     ]
     path = tmp_path / "test.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     tasks = sorted(make_tasks("search", "eval", data_path=path), key=lambda t: t.task_id)
     assert [t.task_id for t in tasks] == ["hotpotqa:test_1", "nq:test_0"]
-    assert tasks[1].data["question"] == "where was quorvath pellin born?"   # '?' added as Search-R1 does
+    assert tasks[1].data["question"] == "where was quorvath pellin born?"  # '?' added as Search-R1 does
     assert tasks[0].data["golden_answers"] == ["Tamsor"] and tasks[0].task_type == "multi_hop"
     assert tasks[1].task_type == "single_hop" and tasks[1].split == "eval"
 
@@ -262,7 +311,7 @@ def test_search_r1_parquet_tasks_and_jsonl_corpus(tmp_path):
     for task in tasks:
         obs, _ = env.reset(task)
         obs, _, _, _ = env.step(env.expert_action())
-        assert task.data["golden_answers"][0] in obs      # the question's document is retrieved
+        assert task.data["golden_answers"][0] in obs  # the question's document is retrieved
         _, reward, done, info = env.step(env.expert_action())
         assert done and reward == 1.0 and info["tool_calls"] == 1
 
@@ -272,7 +321,7 @@ def test_search_r1_parquet_tasks_and_jsonl_corpus(tmp_path):
 
 
 def test_generated_world_is_deterministic_and_splits_are_disjoint():
-    a, b = generate_world(0), generate_world.__wrapped__(0)   # bypass the cache: really regenerate
+    a, b = generate_world(0), generate_world.__wrapped__(0)  # bypass the cache: really regenerate
     assert a.docs == b.docs and a.questions == b.questions
     assert generate_world.__wrapped__(1, n_people=50, n_orgs=10).docs[0] != a.docs[0]
     assert len(a.docs) >= 2000 and len({d["id"] for d in a.docs}) == len(a.docs)
@@ -280,8 +329,9 @@ def test_generated_world_is_deterministic_and_splits_are_disjoint():
     subj = lambda ts: {t.task_id.split(":")[1] for t in ts}  # noqa: E731
     assert not subj(train) & subj(ev) and not {t.data["question"] for t in train} & {t.data["question"] for t in ev}
     assert {t.task_type for t in ev} == {"single_hop", "multi_hop"}
-    assert [t.task_id for t in make_tasks("search", "train", n=20, seed=3)] == \
-           [t.task_id for t in make_tasks("search", "train", n=20, seed=3)]
+    assert [t.task_id for t in make_tasks("search", "train", n=20, seed=3)] == [
+        t.task_id for t in make_tasks("search", "train", n=20, seed=3)
+    ]
     assert make_tasks("search", "eval", n=5, task_type="multi_hop")[0].task_type == "multi_hop"
     with pytest.raises(ValueError, match="has"):
         make_tasks("search", "eval", n=10**6)
@@ -305,7 +355,7 @@ def test_expert_reaches_em_within_four_steps_and_retrieval_finds_each_hop(split)
             assert response.startswith("<think>") and ("</search>" in response or "</answer>" in response)
             obs, reward, done, info = env.step(response)
             if info["action_kind"] == "search":
-                assert hops[info["tool_calls"] - 1][1] in obs   # BM25 really surfaces the fact
+                assert hops[info["tool_calls"] - 1][1] in obs  # BM25 really surfaces the fact
             if done:
                 break
         assert done and info["won"], task

@@ -20,8 +20,13 @@ DOCS = [
     {"id": "0", "contents": '"Quorvath Pellin"\nQuorvath Pellin is a glassmaker born in the town of Brisk Hollow.'},
     {"id": "1", "contents": '"Brisk Hollow"\nBrisk Hollow is a town in the republic of Tamsor.'},
 ]
-TASK = Task("search", "t0", "train", "single_hop",
-            {"question": "Where was Quorvath Pellin born?", "golden_answers": ["Brisk Hollow"]})
+TASK = Task(
+    "search",
+    "t0",
+    "train",
+    "single_hop",
+    {"question": "Where was Quorvath Pellin born?", "golden_answers": ["Brisk Hollow"]},
+)
 SEARCH, ANSWER = "<search>Quorvath Pellin</search>", "<answer>Brisk Hollow</answer>"
 
 
@@ -36,8 +41,14 @@ def test_server_stopped_mid_run_fails_only_the_searching_episode_naming_url_and_
     server, url = serve_in_thread(BM25Retriever(DOCS))
     kw = {"step_timeout": 30.0, "reset_timeout": 30.0} if executor != "inline" else {}
     try:
-        with GroupedEnvs("search", group_size=2, max_steps=4, executor=executor,
-                         env_kwargs={"url": url, "timeout": 2, "retries": 1, "backoff": 0.05}, **kw) as envs:
+        with GroupedEnvs(
+            "search",
+            group_size=2,
+            max_steps=4,
+            executor=executor,
+            env_kwargs={"url": url, "timeout": 2, "retries": 1, "backoff": 0.05},
+            **kw,
+        ) as envs:
             envs.reset([TASK])
             first = envs.step({0: SEARCH, 1: SEARCH})  # the server is up: real results
             assert all(t.observation.startswith("<information>") and not t.failed for t in first.values())
@@ -49,7 +60,7 @@ def test_server_stopped_mid_run_fails_only_the_searching_episode_naming_url_and_
             assert out[0].failed and out[0].done and out[0].reward == 0.0
             error = out[0].info["error"]
             assert url in error and "RetrieverError" in error and "2 attempt" in error and "Connection" in error
-            assert not out[1].failed and out[1].reward == 1.0   # the answer needed no retrieval
+            assert not out[1].failed and out[1].reward == 1.0  # the answer needed no retrieval
             res = envs.results()
             assert (res[0].failed, res[0].error) == (True, error)
             assert (res[1].failed, res[1].total_reward) == (False, 1.0)
@@ -77,8 +88,9 @@ def test_http_error_from_the_server_is_an_env_fault_with_its_message():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}/retrieve"
     try:
-        with GroupedEnvs("search", group_size=1, max_steps=4,
-                         env_kwargs={"url": url, "timeout": 2, "retries": 1, "backoff": 0.05}) as envs:
+        with GroupedEnvs(
+            "search", group_size=1, max_steps=4, env_kwargs={"url": url, "timeout": 2, "retries": 1, "backoff": 0.05}
+        ) as envs:
             envs.reset([TASK])
             t = envs.step({0: SEARCH})[0]
             assert t.failed and url in t.info["error"] and "HTTP 503" in t.info["error"]
@@ -90,8 +102,7 @@ def test_http_error_from_the_server_is_an_env_fault_with_its_message():
 
 def test_port_with_nothing_listening_is_an_env_fault():
     url = f"http://127.0.0.1:{_free_port()}/retrieve"
-    with GroupedEnvs("search", group_size=1, max_steps=4,
-                     env_kwargs={"url": url, "timeout": 2, "retries": 0}) as envs:
+    with GroupedEnvs("search", group_size=1, max_steps=4, env_kwargs={"url": url, "timeout": 2, "retries": 0}) as envs:
         envs.reset([TASK])
         t = envs.step({0: SEARCH})[0]
         assert t.failed and t.done and url in t.info["error"] and "Connection refused" in t.info["error"]

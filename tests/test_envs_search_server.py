@@ -49,8 +49,9 @@ def _raw(server, request: bytes, timeout: float = 10.0) -> tuple[int, dict]:
                 break
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length"))
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
         while len(body) < length:
             body += s.recv(65536)
     return int(head.split()[1]), json.loads(body)
@@ -59,8 +60,10 @@ def _raw(server, request: bytes, timeout: float = 10.0) -> tuple[int, dict]:
 def _post(server, body: bytes, headers: str | None = None) -> tuple[int, dict]:
     if headers is None:
         headers = f"Content-Length: {len(body)}\r\n"
-    return _raw(server, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                + headers.encode() + b"\r\n" + body)
+    return _raw(
+        server,
+        b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers.encode() + b"\r\n" + body,
+    )
 
 
 def _still_serves(url, retriever) -> None:
@@ -68,25 +71,28 @@ def _still_serves(url, retriever) -> None:
     assert [[h["id"] for h in r] for r in remote] == [[h["id"] for h in r] for r in retriever.search(QUERIES, 2)]
 
 
-@pytest.mark.parametrize("body, message", [
-    (b'{"queries": ["Tamsor"], "topk": 1e400}', '"topk" must be an integer in 1..100, got inf'),
-    (b'{"queries": ["Tamsor"], "topk": 0}', '"topk" must be an integer in 1..100, got 0'),
-    (b'{"queries": ["Tamsor"], "topk": -3}', '"topk" must be an integer'),
-    (b'{"queries": ["Tamsor"], "topk": 101}', '"topk" must be an integer'),
-    (b'{"queries": ["Tamsor"], "topk": 2.5}', '"topk" must be an integer in 1..100, got 2.5'),
-    (b'{"queries": ["Tamsor"], "topk": true}', '"topk" must be an integer in 1..100, got True'),
-    (b'{"queries": ["Tamsor"], "topk": "3"}', '"topk" must be an integer in 1..100, got 3'),
-    (b'{"queries": ["Tamsor"], "topk": 1' + b"0" * 5000 + b"}", "not valid JSON"),
-    (b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
-    (json.dumps({"queries": ["q"] * 50_000}).encode(), "50000 queries in one request; at most 1024"),
-    (b'{"queries": "not a list"}', '"queries" must be a list of strings'),
-    (b'{"queries": [1, 2]}', '"queries" must be a list of strings'),
-    (b'{"topk": 3}', 'needs "queries"'),
-    (b'["Tamsor"]', "must be a JSON object"),
-    (b"{not json", "not valid JSON"),
-    (b"\xff\xfe\x00", "not valid JSON"),
-    (b'{"queries": ["Tamsor"], "return_scores": "yes"}', '"return_scores" must be true or false'),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"queries": ["Tamsor"], "topk": 1e400}', '"topk" must be an integer in 1..100, got inf'),
+        (b'{"queries": ["Tamsor"], "topk": 0}', '"topk" must be an integer in 1..100, got 0'),
+        (b'{"queries": ["Tamsor"], "topk": -3}', '"topk" must be an integer'),
+        (b'{"queries": ["Tamsor"], "topk": 101}', '"topk" must be an integer'),
+        (b'{"queries": ["Tamsor"], "topk": 2.5}', '"topk" must be an integer in 1..100, got 2.5'),
+        (b'{"queries": ["Tamsor"], "topk": true}', '"topk" must be an integer in 1..100, got True'),
+        (b'{"queries": ["Tamsor"], "topk": "3"}', '"topk" must be an integer in 1..100, got 3'),
+        (b'{"queries": ["Tamsor"], "topk": 1' + b"0" * 5000 + b"}", "not valid JSON"),
+        (b'{"queries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (json.dumps({"queries": ["q"] * 50_000}).encode(), "50000 queries in one request; at most 1024"),
+        (b'{"queries": "not a list"}', '"queries" must be a list of strings'),
+        (b'{"queries": [1, 2]}', '"queries" must be a list of strings'),
+        (b'{"topk": 3}', 'needs "queries"'),
+        (b'["Tamsor"]', "must be a JSON object"),
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe\x00", "not valid JSON"),
+        (b'{"queries": ["Tamsor"], "return_scores": "yes"}', '"return_scores" must be true or false'),
+    ],
+)
 def test_malformed_body_is_a_400_with_a_json_error_and_the_server_goes_on(served, retriever, body, message):
     server, url = served
     t0 = time.perf_counter()
@@ -96,14 +102,17 @@ def test_malformed_body_is_a_400_with_a_json_error_and_the_server_goes_on(served
     _still_serves(url, retriever)
 
 
-@pytest.mark.parametrize("headers, message", [
-    ("", "missing Content-Length"),
-    ("Content-Length: abc\r\n", "Content-Length 'abc' is not an integer"),
-    ("Content-Length: -5\r\n", "Content-Length -5 is out of range"),
-    ("Content-Length: 0\r\n", "Content-Length 0 is out of range"),
-    (f"Content-Length: {10**15}\r\n", f"Content-Length {10**15} is out of range"),
-    (f"Content-Length: {srv.MAX_BODY_BYTES + 1}\r\n", "out of range"),
-])
+@pytest.mark.parametrize(
+    "headers, message",
+    [
+        ("", "missing Content-Length"),
+        ("Content-Length: abc\r\n", "Content-Length 'abc' is not an integer"),
+        ("Content-Length: -5\r\n", "Content-Length -5 is out of range"),
+        ("Content-Length: 0\r\n", "Content-Length 0 is out of range"),
+        (f"Content-Length: {10**15}\r\n", f"Content-Length {10**15} is out of range"),
+        (f"Content-Length: {srv.MAX_BODY_BYTES + 1}\r\n", "out of range"),
+    ],
+)
 def test_bad_content_length_is_a_400_without_reading_the_body(served, retriever, headers, message):
     server, url = served
     code, payload = _post(server, b'{"queries": ["Tamsor"]}', headers=headers)
@@ -113,8 +122,11 @@ def test_bad_content_length_is_a_400_without_reading_the_body(served, retriever,
 
 def test_topk_null_or_missing_uses_the_default(served):
     server, _ = served
-    for body in (b'{"queries": ["Tamsor capital"]}', b'{"queries": ["Tamsor capital"], "topk": null}',
-                 b'{"query": "Tamsor capital"}'):
+    for body in (
+        b'{"queries": ["Tamsor capital"]}',
+        b'{"queries": ["Tamsor capital"], "topk": null}',
+        b'{"query": "Tamsor capital"}',
+    ):
         code, payload = _post(server, body)
         assert code == 200 and len(payload["result"]) == 1 and 1 <= len(payload["result"][0]) <= 3
 
@@ -133,7 +145,7 @@ def test_a_stalled_client_is_dropped_after_the_timeout_and_others_are_served(ser
     stalled = socket.create_connection(server.server_address[:2], timeout=10)
     try:
         # Promise 100 bytes, send 5, then stall: the handler thread must not wait forever.
-        stalled.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"que")
+        stalled.sendall(b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"que')
         idle = socket.create_connection(server.server_address[:2], timeout=10)  # sends nothing at all
         _still_serves(url, retriever)  # meanwhile others are answered
         t0 = time.perf_counter()

@@ -10,8 +10,18 @@ import numpy as np
 import pytest
 
 from gigpo.envs import FAMILIES, Task, make_env, make_tasks
-from gigpo.envs.sokoban import (ACTIONS, INVALID_ACTION_MESSAGE, SokobanEnv, SolverError, generate_level,
-                                is_corner_deadlock, layout_split, parse_action, parse_level, solve)
+from gigpo.envs.sokoban import (
+    ACTIONS,
+    INVALID_ACTION_MESSAGE,
+    SokobanEnv,
+    SolverError,
+    generate_level,
+    is_corner_deadlock,
+    layout_split,
+    parse_action,
+    parse_level,
+    solve,
+)
 
 
 def _task(*rows: str, task_id: str = "hand") -> Task:
@@ -47,6 +57,7 @@ def _bfs_reach(level, start: int, blocked=frozenset()) -> set[int]:
 
 # ---- moves, pushes, rewards ------------------------------------------------------------------
 
+
 def test_registered():
     assert FAMILIES["sokoban"] == "gigpo.envs.sokoban"
     assert make_env("sokoban").family == "sokoban"
@@ -65,10 +76,7 @@ def test_default_grid_is_verl_agents_text(tasks_1box):
 
 
 def test_walk_and_push_moves_the_box(env):
-    obs, info = env.reset(_task("######",
-                                "#P_X_#",
-                                "#___O#",
-                                "######"))
+    obs, info = env.reset(_task("######", "#P_X_#", "#___O#", "######"))
     assert obs == "######\n#P_X_#\n#___O#\n######" == info["anchor"]
     obs, r, done, info = env.step("right")  # walk
     assert obs.split("\n")[1] == "#_PX_#" and r == pytest.approx(-0.1) and not done
@@ -77,10 +85,7 @@ def test_walk_and_push_moves_the_box(env):
 
 
 def test_wall_blocks_player_and_box(env):
-    env.reset(_task("#####",
-                    "#PX_#",
-                    "#_O_#",
-                    "#####"))
+    env.reset(_task("#####", "#PX_#", "#_O_#", "#####"))
     before = env.render()
     obs, r, done, info = env.step("up")  # wall above the player
     assert obs == before and r == pytest.approx(-0.1) and not info["invalid_action"]
@@ -91,21 +96,14 @@ def test_wall_blocks_player_and_box(env):
 
 
 def test_second_box_blocks(env):
-    env.reset(_task("#######",
-                    "#PXX__#",
-                    "#__OO_#",
-                    "#######"))
+    env.reset(_task("#######", "#PXX__#", "#__OO_#", "#######"))
     before = env.render()
     obs, r, _, info = env.step("right")
     assert obs == before and r == pytest.approx(-0.1) and not info["invalid_action"]
 
 
 def test_push_onto_and_off_target(env):
-    env.reset(_task("#######",
-                    "#PXO__#",
-                    "#_____#",
-                    "#__XO_#",
-                    "#######"))
+    env.reset(_task("#######", "#PXO__#", "#_____#", "#__XO_#", "#######"))
     obs, r, done, info = env.step("right")
     assert obs.split("\n")[1] == "#_P√__#" and r == pytest.approx(0.9) and not done
     assert info["boxes_on_target"] == 1
@@ -115,9 +113,7 @@ def test_push_onto_and_off_target(env):
 
 
 def test_solving_ends_the_episode(env):
-    env.reset(_task("######",
-                    "#PXO_#",
-                    "######"))
+    env.reset(_task("######", "#PXO_#", "######"))
     obs, r, done, info = env.step("right")
     assert done and info["won"] and info["score"] == 1.0
     assert r == pytest.approx(-0.1 + 1 + 10)
@@ -128,9 +124,7 @@ def test_solving_ends_the_episode(env):
 
 
 def test_player_on_target_renders_S(env):
-    obs, _ = env.reset(_task("#######",
-                             "#_SX__#",
-                             "#######"))
+    obs, _ = env.reset(_task("#######", "#_SX__#", "#######"))
     assert obs.split("\n")[1] == "#_SX__#"
     obs, _, _, _ = env.step("left")
     assert obs.split("\n")[1] == "#POX__#"
@@ -139,8 +133,18 @@ def test_player_on_target_renders_S(env):
 def test_info_keys(env, tasks_1box):
     task = tasks_1box["train"][0]
     obs, info = env.reset(task)
-    for key in ("won", "score", "anchor", "instruction", "task_type", "admissible_actions", "deadlock",
-                "deadlocked", "optimal_steps", "invalid_action"):
+    for key in (
+        "won",
+        "score",
+        "anchor",
+        "instruction",
+        "task_type",
+        "admissible_actions",
+        "deadlock",
+        "deadlocked",
+        "optimal_steps",
+        "invalid_action",
+    ):
         assert key in info
     assert info["admissible_actions"] == ["up", "down", "left", "right"]
     assert info["task_type"] == "6x6-1box" and info["optimal_steps"] == task.data["optimal_steps"]
@@ -149,13 +153,27 @@ def test_info_keys(env, tasks_1box):
 
 # ---- invalid actions -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("action", ["", "   ", "jump", "move up", "up!", "x" * 100_000, "\x00", "上",
-                                    "üp", "\udcff", "up\x00", "🙂" * 1000, "<action>up</action>"])
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        "",
+        "   ",
+        "jump",
+        "move up",
+        "up!",
+        "x" * 100_000,
+        "\x00",
+        "上",
+        "üp",
+        "\udcff",
+        "up\x00",
+        "🙂" * 1000,
+        "<action>up</action>",
+    ],
+)
 def test_invalid_actions_change_nothing(env, action):
-    env.reset(_task("######",
-                    "#PXO_#",
-                    "#____#",
-                    "######"))
+    env.reset(_task("######", "#PXO_#", "#____#", "######"))
     before = env.render()
     obs, r, done, info = env.step(action)
     assert info["invalid_action"] is True and not done and r == pytest.approx(-0.1)
@@ -169,20 +187,25 @@ def test_non_string_action_does_not_raise(env):
     assert env.step(None)[3]["invalid_action"]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("action, move", [("UP", "up"), ("  Left\n", "left"), ("\tDOWN ", "down"),
-                                          ("Right", "right"), (" " * 100_000 + "up" + "\n" * 1000, "up")])
+@pytest.mark.parametrize(
+    "action, move",
+    [
+        ("UP", "up"),
+        ("  Left\n", "left"),
+        ("\tDOWN ", "down"),
+        ("Right", "right"),
+        (" " * 100_000 + "up" + "\n" * 1000, "up"),
+    ],
+)
 def test_action_case_and_whitespace(action, move):
     assert parse_action(action) == move
 
 
 # ---- deadlocks -------------------------------------------------------------------------------
 
+
 def test_corner_deadlock_detected_and_sticky(env):
-    env.reset(_task("######",
-                    "#____#",
-                    "#_XP_#",
-                    "#___O#",
-                    "######"))
+    env.reset(_task("######", "#____#", "#_XP_#", "#___O#", "######"))
     _, _, _, info = env.step("left")  # box to (2, 1): west wall only -> no deadlock yet
     assert not info["deadlock"] and not info["deadlocked"]
     env.step("down")
@@ -204,12 +227,9 @@ def test_box_on_target_in_corner_is_no_deadlock():
 
 # ---- solver and expert -----------------------------------------------------------------------
 
+
 def test_solver_shortest_plan():
-    level = parse_level(["#######",
-                         "#P____#",
-                         "#_X__O#",
-                         "#_____#",
-                         "#######"])
+    level = parse_level(["#######", "#P____#", "#_X__O#", "#_____#", "#######"])
     plan = solve(level)
     assert len(plan) == 4 and plan[-3:] == ["right", "right", "right"]  # down, then three pushes
     env = SokobanEnv(grid_style="compact")
@@ -219,12 +239,7 @@ def test_solver_shortest_plan():
 
 
 def test_solver_node_cap_raises_clearly():
-    level = parse_level(["##########",
-                         "#P_______#",
-                         "#_X____X_#",
-                         "#________#",
-                         "#______OO#",
-                         "##########"])
+    level = parse_level(["##########", "#P_______#", "#_X____X_#", "#________#", "#______OO#", "##########"])
     with pytest.raises(SolverError, match="max_nodes"):
         solve(level, max_nodes=10)
     assert len(solve(level)) > 0
@@ -257,6 +272,7 @@ def test_expert_recovers_after_a_detour(env, tasks_1box):
 
 # ---- generated tasks -------------------------------------------------------------------------
 
+
 def test_generated_rooms_solvable_not_presolved(tasks_1box, tasks_2box):
     for tasks, boxes in ((tasks_1box, 1), (tasks_2box, 2)):
         for split, ts in tasks.items():
@@ -275,13 +291,17 @@ def test_generated_rooms_connected_and_boxes_reachable(tasks_1box, tasks_2box):
             level = parse_level(task.data["room"])
             assert _bfs_reach(level, level.player) == set(level.floor), task.task_id  # one connected room
             for b in level.boxes:  # every box sits on a line it can be pushed along
-                assert any(b + level.delta(a) in level.floor and b - level.delta(a) in level.floor
-                           for a in ACTIONS), task.task_id
+                assert any(b + level.delta(a) in level.floor and b - level.delta(a) in level.floor for a in ACTIONS), (
+                    task.task_id
+                )
             # and the player, walking around the boxes, can push one at once (later pushes may be
             # needed to reach the others: a box can wall another off)
             reach = _bfs_reach(level, level.player, blocked=level.boxes)
-            assert any(b - level.delta(a) in reach and b + level.delta(a) in level.floor - level.boxes
-                       for b in level.boxes for a in ACTIONS), task.task_id
+            assert any(
+                b - level.delta(a) in reach and b + level.delta(a) in level.floor - level.boxes
+                for b in level.boxes
+                for a in ACTIONS
+            ), task.task_id
 
 
 def test_splits_disjoint(tasks_1box, tasks_2box):
@@ -338,13 +358,16 @@ def test_generator_deterministic_in_rng():
     assert make_tasks("sokoban", "train", n=3, dim=(7, 8))[0].task_type == "7x8-1box"
 
 
-@pytest.mark.parametrize("rows, match", [
-    (["#####", "#PX_#", "#####"], "as many targets"),
-    (["#####", "#_XO#", "#####"], "exactly one player"),
-    (["#####", "#PXO_", "#####"], "border"),
-    (["#####", "#PXQ#", "#####"], "unknown cell"),
-    (["#####", "#PXO#", "####"], "equal-length"),
-])
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        (["#####", "#PX_#", "#####"], "as many targets"),
+        (["#####", "#_XO#", "#####"], "exactly one player"),
+        (["#####", "#PXO_", "#####"], "border"),
+        (["#####", "#PXQ#", "#####"], "unknown cell"),
+        (["#####", "#PXO#", "####"], "equal-length"),
+    ],
+)
 def test_bad_rooms_rejected_clearly(rows, match):
     with pytest.raises(ValueError, match=match):
         parse_level(rows)

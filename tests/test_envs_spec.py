@@ -28,141 +28,150 @@ PLUGIN_DIR = ROOT / "tests" / "data" / "plugin_family"
 PLUGIN_PKG = PLUGIN_DIR / "gigpo_echo_family"
 
 # Produced by the pre-registry code (see the module docstring); keys: family/case.
-PROMPTS = {'alfworld/hist': 'You are an expert agent acting in the ALFRED household environment (ALFWorld).\n'
-                  'Your task is to: put a mug in the coffeemachine\n'
-                  'You have taken 3 step(s) so far. The most recent 2 observations and the actions you took:\n'
-                  "[Observation 2: 'obs one', Action 2: 'go to desk 1']\n"
-                  "[Observation 3: 'obs two', Action 3: 'open drawer 1']\n"
-                  'You are now at step 4. Current observation: Doc 1: text\n'
-                  'Admissible actions now:\n'
-                  "'go to desk 1'\n"
-                  "'look'\n"
-                  'Now take one action. First reason step by step about the situation inside <think> </think>. '
-                  'Then give exactly one admissible action inside <action> </action>.',
- 'alfworld/repeat': 'You are an expert agent acting in the ALFRED household environment (ALFWorld).\n'
-                    'Your task is to: put a mug in the coffeemachine\n'
-                    'You have taken 1 step(s) so far. The most recent 1 observations and the actions you took:\n'
-                    "[Observation 1: 'o', Action 1: 'a']\n"
-                    'You are now at step 2. Current observation: obs x\n'
-                    'Now take one action. First reason step by step about the situation inside <think> </think>. '
-                    'Then give exactly one admissible action inside <action> </action>.\n'
-                    'Your task, again: put a mug in the coffeemachine',
- 'alfworld/step0': 'You are an expert agent acting in the ALFRED household environment (ALFWorld).\n'
-                   'Your task is to: put a mug in the coffeemachine\n'
-                   'You are now at step 1. Current observation: You are in a room.\n'
-                   'Now take one action. First reason step by step about the situation inside <think> </think>. '
-                   'Then give exactly one admissible action inside <action> </action>.',
- 'search/hist': 'You are an expert agent answering a question step by step with a search engine.\n'
-                'Question: find the answer\n'
-                'You have taken 3 step(s) so far. The most recent 2 searches and results:\n'
-                'Step 2: <search>q1</search>\n'
-                'Step 3: Doc 0\n'
-                'Your response: <search>q2</search>\n'
-                'Latest search results (step 4): Doc 1: text\n'
-                'Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if you '
-                'lack knowledge, search with <search> your query </search>; the results come back inside '
-                '<information> </information>; (2) if you can answer, give the short final answer inside <answer> '
-                '</answer>, for example <answer>Beijing</answer>.',
- 'search/repeat': 'You are an expert agent answering a question step by step with a search engine.\n'
-                  'Question: find the answer\n'
-                  'You have taken 1 step(s) so far. The most recent 1 searches and results:\n'
-                  'Step 1: o\n'
-                  'Your response: a\n'
-                  'Latest search results (step 2): obs x\n'
-                  'Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if '
-                  'you lack knowledge, search with <search> your query </search>; the results come back inside '
-                  '<information> </information>; (2) if you can answer, give the short final answer inside '
-                  '<answer> </answer>, for example <answer>Beijing</answer>.\n'
-                  'Question, again: find the answer',
- 'search/step0': 'You are an expert agent answering a question step by step with a search engine.\n'
-                 'Question: find the answer\n'
-                 'Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if you '
-                 'lack knowledge, search with <search> your query </search>; the results come back inside '
-                 '<information> </information>; (2) if you can answer, give the short final answer inside <answer> '
-                 '</answer>, for example <answer>Beijing</answer>.',
- 'webshop/hist': 'You are an expert shopping agent acting in the WebShop online store.\n'
-                 'Your task is to: put a mug in the coffeemachine\n'
-                 'You have taken 3 step(s) so far. The most recent 2 observations and the actions you took:\n'
-                 "[Observation 2: 'obs one', Action 2: 'go to desk 1']\n"
-                 "[Observation 3: 'obs two', Action 3: 'open drawer 1']\n"
-                 'You are now at step 4. Current observation: Doc 1: text\n'
-                 'Admissible actions now:\n'
-                 "'go to desk 1'\n"
-                 "'look'\n"
-                 'Now take one action. First reason step by step about which admissible action best serves the '
-                 'shopping goal, inside <think> </think>. Then give exactly one admissible action inside <action> '
-                 '</action>.',
- 'webshop/repeat': 'You are an expert shopping agent acting in the WebShop online store.\n'
-                   'Your task is to: put a mug in the coffeemachine\n'
-                   'You have taken 1 step(s) so far. The most recent 1 observations and the actions you took:\n'
-                   "[Observation 1: 'o', Action 1: 'a']\n"
-                   'You are now at step 2. Current observation: obs x\n'
-                   'Now take one action. First reason step by step about which admissible action best serves the '
-                   'shopping goal, inside <think> </think>. Then give exactly one admissible action inside '
-                   '<action> </action>.\n'
-                   'Your task, again: put a mug in the coffeemachine',
- 'webshop/step0': 'You are an expert shopping agent acting in the WebShop online store.\n'
-                  'Your task is to: put a mug in the coffeemachine\n'
-                  'You are now at step 1. Current observation: You are in a room.\n'
-                  'Now take one action. First reason step by step about which admissible action best serves the '
-                  'shopping goal, inside <think> </think>. Then give exactly one admissible action inside <action> '
-                  '</action>.'}
+PROMPTS = {
+    "alfworld/hist": "You are an expert agent acting in the ALFRED household environment (ALFWorld).\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You have taken 3 step(s) so far. The most recent 2 observations and the actions you took:\n"
+    "[Observation 2: 'obs one', Action 2: 'go to desk 1']\n"
+    "[Observation 3: 'obs two', Action 3: 'open drawer 1']\n"
+    "You are now at step 4. Current observation: Doc 1: text\n"
+    "Admissible actions now:\n"
+    "'go to desk 1'\n"
+    "'look'\n"
+    "Now take one action. First reason step by step about the situation inside <think> </think>. "
+    "Then give exactly one admissible action inside <action> </action>.",
+    "alfworld/repeat": "You are an expert agent acting in the ALFRED household environment (ALFWorld).\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You have taken 1 step(s) so far. The most recent 1 observations and the actions you took:\n"
+    "[Observation 1: 'o', Action 1: 'a']\n"
+    "You are now at step 2. Current observation: obs x\n"
+    "Now take one action. First reason step by step about the situation inside <think> </think>. "
+    "Then give exactly one admissible action inside <action> </action>.\n"
+    "Your task, again: put a mug in the coffeemachine",
+    "alfworld/step0": "You are an expert agent acting in the ALFRED household environment (ALFWorld).\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You are now at step 1. Current observation: You are in a room.\n"
+    "Now take one action. First reason step by step about the situation inside <think> </think>. "
+    "Then give exactly one admissible action inside <action> </action>.",
+    "search/hist": "You are an expert agent answering a question step by step with a search engine.\n"
+    "Question: find the answer\n"
+    "You have taken 3 step(s) so far. The most recent 2 searches and results:\n"
+    "Step 2: <search>q1</search>\n"
+    "Step 3: Doc 0\n"
+    "Your response: <search>q2</search>\n"
+    "Latest search results (step 4): Doc 1: text\n"
+    "Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if you "
+    "lack knowledge, search with <search> your query </search>; the results come back inside "
+    "<information> </information>; (2) if you can answer, give the short final answer inside <answer> "
+    "</answer>, for example <answer>Beijing</answer>.",
+    "search/repeat": "You are an expert agent answering a question step by step with a search engine.\n"
+    "Question: find the answer\n"
+    "You have taken 1 step(s) so far. The most recent 1 searches and results:\n"
+    "Step 1: o\n"
+    "Your response: a\n"
+    "Latest search results (step 2): obs x\n"
+    "Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if "
+    "you lack knowledge, search with <search> your query </search>; the results come back inside "
+    "<information> </information>; (2) if you can answer, give the short final answer inside "
+    "<answer> </answer>, for example <answer>Beijing</answer>.\n"
+    "Question, again: find the answer",
+    "search/step0": "You are an expert agent answering a question step by step with a search engine.\n"
+    "Question: find the answer\n"
+    "Now respond for this step. First reason inside <think> </think>. Then do only one of: (1) if you "
+    "lack knowledge, search with <search> your query </search>; the results come back inside "
+    "<information> </information>; (2) if you can answer, give the short final answer inside <answer> "
+    "</answer>, for example <answer>Beijing</answer>.",
+    "webshop/hist": "You are an expert shopping agent acting in the WebShop online store.\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You have taken 3 step(s) so far. The most recent 2 observations and the actions you took:\n"
+    "[Observation 2: 'obs one', Action 2: 'go to desk 1']\n"
+    "[Observation 3: 'obs two', Action 3: 'open drawer 1']\n"
+    "You are now at step 4. Current observation: Doc 1: text\n"
+    "Admissible actions now:\n"
+    "'go to desk 1'\n"
+    "'look'\n"
+    "Now take one action. First reason step by step about which admissible action best serves the "
+    "shopping goal, inside <think> </think>. Then give exactly one admissible action inside <action> "
+    "</action>.",
+    "webshop/repeat": "You are an expert shopping agent acting in the WebShop online store.\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You have taken 1 step(s) so far. The most recent 1 observations and the actions you took:\n"
+    "[Observation 1: 'o', Action 1: 'a']\n"
+    "You are now at step 2. Current observation: obs x\n"
+    "Now take one action. First reason step by step about which admissible action best serves the "
+    "shopping goal, inside <think> </think>. Then give exactly one admissible action inside "
+    "<action> </action>.\n"
+    "Your task, again: put a mug in the coffeemachine",
+    "webshop/step0": "You are an expert shopping agent acting in the WebShop online store.\n"
+    "Your task is to: put a mug in the coffeemachine\n"
+    "You are now at step 1. Current observation: You are in a room.\n"
+    "Now take one action. First reason step by step about which admissible action best serves the "
+    "shopping goal, inside <think> </think>. Then give exactly one admissible action inside <action> "
+    "</action>.",
+}
 
-EXPERT = {'alfworld/empty/Look': '<think></think><action>look</action>',
- 'alfworld/empty/frobnicate': '<think></think><action>frobnicate</action>',
- 'alfworld/empty/go to desk 1': '<think></think><action>go to desk 1</action>',
- 'alfworld/empty/put mug 1 in/on coffeemachine 1': '<think></think><action>put mug 1 in/on coffeemachine '
-                                                   '1</action>',
- 'alfworld/empty/take mug 1 from desk 1': '<think></think><action>take mug 1 from desk 1</action>',
- 'alfworld/reason/Look': '<think>I look around.</think><action>look</action>',
- 'alfworld/reason/frobnicate': '<think>This action moves the task forward.</think><action>frobnicate</action>',
- 'alfworld/reason/go to desk 1': '<think>I should check desk 1 next.</think><action>go to desk 1</action>',
- 'alfworld/reason/put mug 1 in/on coffeemachine 1': '<think>I have mug 1; I put it in/on coffeemachine 1 as the '
-                                                    'task asks.</think><action>put mug 1 in/on coffeemachine '
-                                                    '1</action>',
- 'alfworld/reason/take mug 1 from desk 1': '<think>I need mug 1, and it is at desk 1; I take '
-                                           'it.</think><action>take mug 1 from desk 1</action>',
- 'search/empty/<answer>Paris</answer>': '<think></think><answer>Paris</answer>',
- 'search/empty/<search>capital of france</search>': '<think></think><search>capital of france</search>',
- 'search/empty/<think>x</think><answer>y</answer>': '<think></think><answer>y</answer>',
- 'search/reason/<answer>Paris</answer>': '<think>The results give me the answer.</think><answer>Paris</answer>',
- 'search/reason/<search>capital of france</search>': '<think>I need more information: capital of '
-                                                     'france.</think><search>capital of france</search>',
- 'search/reason/<think>x</think><answer>y</answer>': '<think>x</think><answer>y</answer>',
- 'webshop/empty/click[b0123]': '<think></think><action>click[b0123]</action>',
- 'webshop/empty/click[buy now]': '<think></think><action>click[buy now]</action>',
- 'webshop/empty/click[next >]': '<think></think><action>click[next >]</action>',
- 'webshop/empty/search[red shoes]': '<think></think><action>search[red shoes]</action>',
- 'webshop/empty/weird': '<think></think><action>weird</action>',
- 'webshop/reason/click[b0123]': '<think>b0123 matches the request; I click '
-                                'it.</think><action>click[b0123]</action>',
- 'webshop/reason/click[buy now]': '<think>The item and its options match the request; I buy '
-                                  'it.</think><action>click[buy now]</action>',
- 'webshop/reason/click[next >]': '<think>The item I need is not here; I click next >.</think><action>click[next '
-                                 '>]</action>',
- 'webshop/reason/search[red shoes]': '<think>I search the store for the requested product: red '
-                                     'shoes.</think><action>search[red shoes]</action>',
- 'webshop/reason/weird': '<think>This action moves the purchase forward.</think><action>weird</action>'}
+EXPERT = {
+    "alfworld/empty/Look": "<think></think><action>look</action>",
+    "alfworld/empty/frobnicate": "<think></think><action>frobnicate</action>",
+    "alfworld/empty/go to desk 1": "<think></think><action>go to desk 1</action>",
+    "alfworld/empty/put mug 1 in/on coffeemachine 1": "<think></think><action>put mug 1 in/on coffeemachine 1</action>",
+    "alfworld/empty/take mug 1 from desk 1": "<think></think><action>take mug 1 from desk 1</action>",
+    "alfworld/reason/Look": "<think>I look around.</think><action>look</action>",
+    "alfworld/reason/frobnicate": "<think>This action moves the task forward.</think><action>frobnicate</action>",
+    "alfworld/reason/go to desk 1": "<think>I should check desk 1 next.</think><action>go to desk 1</action>",
+    "alfworld/reason/put mug 1 in/on coffeemachine 1": "<think>I have mug 1; I put it in/on coffeemachine 1 as the "
+    "task asks.</think><action>put mug 1 in/on coffeemachine "
+    "1</action>",
+    "alfworld/reason/take mug 1 from desk 1": "<think>I need mug 1, and it is at desk 1; I take "
+    "it.</think><action>take mug 1 from desk 1</action>",
+    "search/empty/<answer>Paris</answer>": "<think></think><answer>Paris</answer>",
+    "search/empty/<search>capital of france</search>": "<think></think><search>capital of france</search>",
+    "search/empty/<think>x</think><answer>y</answer>": "<think></think><answer>y</answer>",
+    "search/reason/<answer>Paris</answer>": "<think>The results give me the answer.</think><answer>Paris</answer>",
+    "search/reason/<search>capital of france</search>": "<think>I need more information: capital of "
+    "france.</think><search>capital of france</search>",
+    "search/reason/<think>x</think><answer>y</answer>": "<think>x</think><answer>y</answer>",
+    "webshop/empty/click[b0123]": "<think></think><action>click[b0123]</action>",
+    "webshop/empty/click[buy now]": "<think></think><action>click[buy now]</action>",
+    "webshop/empty/click[next >]": "<think></think><action>click[next >]</action>",
+    "webshop/empty/search[red shoes]": "<think></think><action>search[red shoes]</action>",
+    "webshop/empty/weird": "<think></think><action>weird</action>",
+    "webshop/reason/click[b0123]": "<think>b0123 matches the request; I click it.</think><action>click[b0123]</action>",
+    "webshop/reason/click[buy now]": "<think>The item and its options match the request; I buy "
+    "it.</think><action>click[buy now]</action>",
+    "webshop/reason/click[next >]": "<think>The item I need is not here; I click next >.</think><action>click[next "
+    ">]</action>",
+    "webshop/reason/search[red shoes]": "<think>I search the store for the requested product: red "
+    "shoes.</think><action>search[red shoes]</action>",
+    "webshop/reason/weird": "<think>This action moves the purchase forward.</think><action>weird</action>",
+}
 
-PARSE = {'alfworld/<answer>a</answer><search>b</search>': ['r>a</answer><search>b</search>', False, 'none'],
- 'alfworld/<search>q</search>': ['<search>q</search>', False, 'none'],
- 'alfworld/<think>t</think><action>Go To Desk 1</action>': ['go to desk 1', True, 'action'],
- 'alfworld/no tags here at all, just a long rambling response text': [' a long rambling response text',
-                                                                      False,
-                                                                      'none'],
- 'search/<answer>a</answer><search>b</search>': ['<search>b</search>', False, 'search'],
- 'search/<search>q</search>': ['<search>q</search>', True, 'search'],
- 'search/<think>t</think><action>Go To Desk 1</action>': ['<think>t</think><action>Go To Desk 1</action>',
-                                                          False,
-                                                          'none'],
- 'search/no tags here at all, just a long rambling response text': ['no tags here at all, just a long rambling '
-                                                                    'response text',
-                                                                    False,
-                                                                    'none'],
- 'webshop/<answer>a</answer><search>b</search>': ['r><search>b</search>', False, 'none'],
- 'webshop/<search>q</search>': ['<search>q</search>', False, 'none'],
- 'webshop/<think>t</think><action>Go To Desk 1</action>': ['go to desk 1', True, 'action'],
- 'webshop/no tags here at all, just a long rambling response text': ['mbling response text', False, 'none']}
+PARSE = {
+    "alfworld/<answer>a</answer><search>b</search>": ["r>a</answer><search>b</search>", False, "none"],
+    "alfworld/<search>q</search>": ["<search>q</search>", False, "none"],
+    "alfworld/<think>t</think><action>Go To Desk 1</action>": ["go to desk 1", True, "action"],
+    "alfworld/no tags here at all, just a long rambling response text": [
+        " a long rambling response text",
+        False,
+        "none",
+    ],
+    "search/<answer>a</answer><search>b</search>": ["<search>b</search>", False, "search"],
+    "search/<search>q</search>": ["<search>q</search>", True, "search"],
+    "search/<think>t</think><action>Go To Desk 1</action>": [
+        "<think>t</think><action>Go To Desk 1</action>",
+        False,
+        "none",
+    ],
+    "search/no tags here at all, just a long rambling response text": [
+        "no tags here at all, just a long rambling response text",
+        False,
+        "none",
+    ],
+    "webshop/<answer>a</answer><search>b</search>": ["r><search>b</search>", False, "none"],
+    "webshop/<search>q</search>": ["<search>q</search>", False, "none"],
+    "webshop/<think>t</think><action>Go To Desk 1</action>": ["go to desk 1", True, "action"],
+    "webshop/no tags here at all, just a long rambling response text": ["mbling response text", False, "none"],
+}
 
 
 @pytest.fixture
@@ -183,10 +192,12 @@ def _cases(fam):
     hist = [("obs one", "go to desk 1"), ("obs two", "open drawer 1")]
     return task, {
         "step0": dict(observation=task if fam == "search" else "You are in a room.", step=0),
-        "hist": dict(observation="Doc 1: text", step=3,
-                     history=[(task, "<search>q1</search>"), ("Doc 0", "<search>q2</search>")] if fam == "search"
-                     else hist,
-                     admissible_actions=None if fam == "search" else ["go to desk 1", "help", "look"]),
+        "hist": dict(
+            observation="Doc 1: text",
+            step=3,
+            history=[(task, "<search>q1</search>"), ("Doc 0", "<search>q2</search>")] if fam == "search" else hist,
+            admissible_actions=None if fam == "search" else ["go to desk 1", "help", "look"],
+        ),
         "repeat": dict(observation="obs x", step=1, history=[("o", "a")], repeat_task=True),
     }
 
@@ -215,12 +226,18 @@ def test_builtin_parses_are_identical(key):
 
 def test_builtin_specs_and_legacy_views():
     assert list(families())[:3] == ["alfworld", "webshop", "search"]
-    assert dict(FAMILIES) == {"alfworld": "gigpo.envs.alfworld", "webshop": "gigpo.envs.webshop",
-                              "search": "gigpo.envs.search"} | {n: s.module for n, s in list(families().items())[3:]}
+    assert dict(FAMILIES) == {
+        "alfworld": "gigpo.envs.alfworld",
+        "webshop": "gigpo.envs.webshop",
+        "search": "gigpo.envs.search",
+    } | {n: s.module for n, s in list(families().items())[3:]}
     from gigpo.agent import DEFAULT_HISTORY, FALLBACK_TAIL
 
-    assert {k: DEFAULT_HISTORY[k] for k in ("alfworld", "webshop", "search")} == {"alfworld": 2, "webshop": 2,
-                                                                                     "search": 4}
+    assert {k: DEFAULT_HISTORY[k] for k in ("alfworld", "webshop", "search")} == {
+        "alfworld": 2,
+        "webshop": 2,
+        "search": 4,
+    }
     assert FALLBACK_TAIL["alfworld"] == 30 and FALLBACK_TAIL["webshop"] == 20 and "search" not in FALLBACK_TAIL
     assert get_family("alfworld").sft_relabel and not get_family("webshop").sft_relabel
     assert not get_family("alfworld").thread_safe and get_family("search").thread_safe
@@ -267,11 +284,14 @@ def test_family_module_by_path_and_by_name(registry):
     assert spec.name == "echo" and get_family("echo") is spec
     assert registry.load_family_module("gigpo_echo_family") == [spec]  # already imported: no-op
     assert Agent("echo", tokenizer=None).history_length == 1  # the spec's default_history
-    prompt = render_prompt("echo", "say the word fig", "You hold a basket of fruit.",
-                           admissible_actions=["say fig", "say kiwi"])
-    assert prompt == ("You are an agent that repeats words.\nYour task is to: say the word fig\n"
-                      "You are now at step 1. Current observation: You hold a basket of fruit.\n"
-                      "Admissible actions now:\n'say fig'\n'say kiwi'\n" + spec.action_format)
+    prompt = render_prompt(
+        "echo", "say the word fig", "You hold a basket of fruit.", admissible_actions=["say fig", "say kiwi"]
+    )
+    assert prompt == (
+        "You are an agent that repeats words.\nYour task is to: say the word fig\n"
+        "You are now at step 1. Current observation: You hold a basket of fruit.\n"
+        "Admissible actions now:\n'say fig'\n'say kiwi'\n" + spec.action_format
+    )
     text = format_expert_response("echo", "Say fig")
     assert text == "<think>The task names the word; I say fig.</think><action>say fig</action>"
     assert parse_action("echo", text).action == "say fig"
@@ -345,10 +365,22 @@ def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------ end to end
-SMALL = ["train.iterations=1", "env.tasks_per_iter=2", "env.group_size=2", "env.eval_tasks=2",
-         "env.max_steps=2", "env.train_tasks=4", "rollout.max_response_tokens=8", "sft.enabled=false",
-         "log.progress=false", "log.tensorboard=false", "log.eval_before=false", "guard.val_every=0",
-         "train.dynamic_sampling=false", "model.name_or_path=tiny"]
+SMALL = [
+    "train.iterations=1",
+    "env.tasks_per_iter=2",
+    "env.group_size=2",
+    "env.eval_tasks=2",
+    "env.max_steps=2",
+    "env.train_tasks=4",
+    "rollout.max_response_tokens=8",
+    "sft.enabled=false",
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.eval_before=false",
+    "guard.val_every=0",
+    "train.dynamic_sampling=false",
+    "model.name_or_path=tiny",
+]
 
 
 def _train(tmp_path, extra, env=None):
@@ -396,18 +428,37 @@ def test_cli_trains_with_a_plugin_estimator_and_family(tmp_path):
     """An estimator registered in the user's own module is chosen from the CLI
     (algorithm.estimator_module), as a family is (env.family_module); gigpo is not edited."""
     est = ROOT / "tests" / "data" / "plugin_estimator" / "my_estimators.py"
-    res = _train(tmp_path, ["env.family=echo", f"env.family_module={PLUGIN_PKG}", "algorithm.estimator=signed_grpo",
-                            f"algorithm.estimator_module={est}", "algorithm.mode=null"])
+    res = _train(
+        tmp_path,
+        [
+            "env.family=echo",
+            f"env.family_module={PLUGIN_PKG}",
+            "algorithm.estimator=signed_grpo",
+            f"algorithm.estimator_module={est}",
+            "algorithm.mode=null",
+        ],
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     _assert_trained_one_iteration(tmp_path / "echo_run")
     from gigpo.train.config import ConfigError, load_config
 
-    cfg = load_config(None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}",
-                             "algorithm.options.scale=0.5"])
+    cfg = load_config(
+        None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}", "algorithm.options.scale=0.5"]
+    )
     assert cfg.algorithm.estimator_options() == {"scale": 0.5}
     with pytest.raises(ConfigError, match="algorithm.options.shift.*no option 'shift'"):
-        load_config(None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}",
-                           "algorithm.options.shift=1"])
-    bad = _train(tmp_path, ["env.family=echo", f"env.family_module={PLUGIN_PKG}", "algorithm.estimator=signed_grpo",
-                            f"algorithm.estimator_module={est}", "algorithm.step_weight=2", "name=bad"])
+        load_config(
+            None, ["algorithm.estimator=signed_grpo", f"algorithm.estimator_module={est}", "algorithm.options.shift=1"]
+        )
+    bad = _train(
+        tmp_path,
+        [
+            "env.family=echo",
+            f"env.family_module={PLUGIN_PKG}",
+            "algorithm.estimator=signed_grpo",
+            f"algorithm.estimator_module={est}",
+            "algorithm.step_weight=2",
+            "name=bad",
+        ],
+    )
     assert bad.returncode == 2 and "'signed_grpo' has no option 'step_weight'" in bad.stderr

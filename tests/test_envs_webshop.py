@@ -31,14 +31,21 @@ def eval_tasks():
 # ----------------------------------------------------------------------------- reward (goal.py)
 
 PRODUCT = {
-    "asin": "B000000001", "query": "hair extension", "name": "Lumora Clip Hair Extension Wig",
+    "asin": "B000000001",
+    "query": "hair extension",
+    "name": "Lumora Clip Hair Extension Wig",
     "product_category": "Beauty & Personal Care › Hair Care › Hair Extensions",
-    "Title": "Lumora Clip Hair Extension Wig", "Description": "Soft and full.",
-    "BulletPoints": ["Heat resistant fibers"], "Attributes": ["natural looking", "clip in"],
+    "Title": "Lumora Clip Hair Extension Wig",
+    "Description": "Soft and full.",
+    "BulletPoints": ["Heat resistant fibers"],
+    "Attributes": ["natural looking", "clip in"],
 }
 GOAL = {
-    "query": "hair extension", "name": PRODUCT["name"], "product_category": PRODUCT["product_category"],
-    "attributes": ["natural looking", "heat resistant"], "goal_options": {"color": "dark brown", "size": "18 inch"},
+    "query": "hair extension",
+    "name": PRODUCT["name"],
+    "product_category": PRODUCT["product_category"],
+    "attributes": ["natural looking", "heat resistant"],
+    "goal_options": {"color": "dark brown", "size": "18 inch"},
     "price_upper": 40.0,
 }
 GOOD_OPTIONS = {"color": "dark brown", "size": "18 inch"}
@@ -69,8 +76,13 @@ def test_reward_wrong_options_or_price_lower_it(options, price, expected):
 def test_reward_wrong_type_lowers_it():
     # Different query and category; title nouns {vexo, hair, dryer} share 1 of the goal's 5
     # (lumora, clip, hair, extension, wig): title_score 0.2 is not > 0.2 -> r_type 0.5.
-    dryer = dict(PRODUCT, query="hair dryer", name="Vexo Hair Dryer", Title="Vexo Hair Dryer",
-                 product_category="Electronics › Appliances › Hair Dryers")
+    dryer = dict(
+        PRODUCT,
+        query="hair dryer",
+        name="Vexo Hair Dryer",
+        Title="Vexo Hair Dryer",
+        product_category="Electronics › Appliances › Hair Dryers",
+    )
     score, info = get_reward(dryer, GOAL, price=30.0, options={}, verbose=True)
     assert info["r_type"] == 0.5 and info["title_score"] == pytest.approx(0.2)
     assert score == pytest.approx((2 + 0 + 1) / 5 * 0.5)
@@ -133,9 +145,14 @@ def test_navigation_search_results_paging_item_options_buy(env, eval_tasks):
     assert obs.endswith("Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
     assert f"Price: {product['Price']}" in obs and product["Title"] in obs
     values = [v for vs in product["options"].values() for v in vs]
-    assert info["admissible_actions"] == ["click[back to search]", "click[< prev]", "click[description]",
-                                          "click[features]", "click[reviews]", "click[buy now]"] + [
-                                              f"click[{v}]" for v in values]
+    assert info["admissible_actions"] == [
+        "click[back to search]",
+        "click[< prev]",
+        "click[description]",
+        "click[features]",
+        "click[reviews]",
+        "click[buy now]",
+    ] + [f"click[{v}]" for v in values]
     item_obs = obs
     obs, *_ = env.step("click[features]")
     assert obs.split(SEP)[2:4] == ["Back to Search", "< Prev"] and product["BulletPoints"][0] in obs
@@ -169,8 +186,20 @@ def test_reset_same_task_gives_identical_observation(eval_tasks):
 
 
 BAD_ACTIONS = [
-    "", " ", "click[]", "click[nonexistent button]", "search[]", "click[search]", "jump[now]", "buy now",
-    "CLICK[next >]", "x" * 100_000, "[" * 50_000 + "]" * 3, "click[" + "é漢字\u202e\x00" + "]", "\n\n", None,
+    "",
+    " ",
+    "click[]",
+    "click[nonexistent button]",
+    "search[]",
+    "click[search]",
+    "jump[now]",
+    "buy now",
+    "CLICK[next >]",
+    "x" * 100_000,
+    "[" * 50_000 + "]" * 3,
+    "click[" + "é漢字\u202e\x00" + "]",
+    "\n\n",
+    None,
 ]
 
 
@@ -229,7 +258,8 @@ def test_train_eval_splits_are_disjoint_and_deterministic():
     assert {t.task_id for t in train}.isdisjoint({t.task_id for t in evals})
     cat = generate_catalog()
     assert {cat.goals[int(t.task_id)]["asin"] for t in train}.isdisjoint(
-        {cat.goals[int(t.task_id)]["asin"] for t in evals})
+        {cat.goals[int(t.task_id)]["asin"] for t in evals}
+    )
     assert all(int(t.task_id) < 500 for t in evals)
     assert make_tasks("train", n=8, seed=3) == make_tasks("train", n=8, seed=3) != make_tasks("train", n=8, seed=4)
     assert {t.task_type for t in train} == {"beauty", "electronics", "fashion", "grocery", "garden"}
@@ -263,20 +293,35 @@ def _write_webshop_files(d, n=24):
     for i in range(n):
         asin = f"B0TEST{i:04d}"
         kind = ["hair extension", "desk lamp", "coffee mug"][i % 3]
-        items.append({
-            "asin": asin, "category": "beauty" if i % 3 == 0 else "home", "query": kind.upper() + " ",
-            "name": f"Brand{i} {kind.title()} Model {i}", "product_category": f"Root › Sub{i % 3} › {kind.title()}",
-            "full_description": f"A {kind} number {i}.", "small_description": [f"Feature {i} of the {kind}"],
-            "pricing": "$12.99" if i % 2 else "$20.00 - $25.00", "images": ["img.jpg"],
-            "customization_options": {"Color": [{"value": "Dark/Brown", "image": None},
-                                                {"value": "Jet Black", "image": None}],
-                                      "Size": [{"value": f"{10 + i} Inch", "image": None}]},
-        })
-        ins[asin] = {"attributes": ["long lasting", f"style {i}"],
-                     "instruction": f"i need a {kind} that is long lasting",
-                     "instruction_attributes": ["long lasting"]}
-        human[asin] = [{"instruction": f"i want a {kind} which is long lasting in jet black.",
-                        "instruction_attributes": ["long lasting"], "instruction_options": ["jet black"]}]
+        items.append(
+            {
+                "asin": asin,
+                "category": "beauty" if i % 3 == 0 else "home",
+                "query": kind.upper() + " ",
+                "name": f"Brand{i} {kind.title()} Model {i}",
+                "product_category": f"Root › Sub{i % 3} › {kind.title()}",
+                "full_description": f"A {kind} number {i}.",
+                "small_description": [f"Feature {i} of the {kind}"],
+                "pricing": "$12.99" if i % 2 else "$20.00 - $25.00",
+                "images": ["img.jpg"],
+                "customization_options": {
+                    "Color": [{"value": "Dark/Brown", "image": None}, {"value": "Jet Black", "image": None}],
+                    "Size": [{"value": f"{10 + i} Inch", "image": None}],
+                },
+            }
+        )
+        ins[asin] = {
+            "attributes": ["long lasting", f"style {i}"],
+            "instruction": f"i need a {kind} that is long lasting",
+            "instruction_attributes": ["long lasting"],
+        }
+        human[asin] = [
+            {
+                "instruction": f"i want a {kind} which is long lasting in jet black.",
+                "instruction_attributes": ["long lasting"],
+                "instruction_options": ["jet black"],
+            }
+        ]
     human[items[0]["asin"]].append({"instruction": "no attrs", "instruction_attributes": [], "instruction_options": []})
     (d / "items_shuffle_1000.json").write_text(json.dumps(items))
     (d / "items_ins_v2_1000.json").write_text(json.dumps(ins))

@@ -32,13 +32,34 @@ def cache(tmp_path_factory):
 
 
 def _sft_args(cache, out, *extra):
-    return ["sft", "--config", str(ROOT / "configs/alfworld_tiny.yaml"), ROOMS, "sft.episodes=2", "sft.epochs=1",
-            "log.progress=false", "train.torch_threads=1", f"model.cache_dir={cache}", *extra, "--out", str(out)]
+    return [
+        "sft",
+        "--config",
+        str(ROOT / "configs/alfworld_tiny.yaml"),
+        ROOMS,
+        "sft.episodes=2",
+        "sft.epochs=1",
+        "log.progress=false",
+        "train.torch_threads=1",
+        f"model.cache_dir={cache}",
+        *extra,
+        "--out",
+        str(out),
+    ]
 
 
 def _eval_args(cache, model):
-    return ["eval", "--config", str(ROOT / "configs/alfworld_tiny.yaml"), ROOMS, "env.eval_tasks=1",
-            "log.progress=false", "train.torch_threads=1", f"model.cache_dir={cache}", f"model.name_or_path={model}"]
+    return [
+        "eval",
+        "--config",
+        str(ROOT / "configs/alfworld_tiny.yaml"),
+        ROOMS,
+        "env.eval_tasks=1",
+        "log.progress=false",
+        "train.torch_threads=1",
+        f"model.cache_dir={cache}",
+        f"model.name_or_path={model}",
+    ]
 
 
 def _one_gigpo_line(err: str) -> str:
@@ -50,8 +71,12 @@ def _one_gigpo_line(err: str) -> str:
 def test_sigkilled_sft_leaves_no_out_dir_and_the_rerun_builds_a_complete_one(cache, tmp_path):
     out = tmp_path / "sft"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "gigpo.cli", *_sft_args(cache, out)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gigpo.cli", *_sft_args(cache, out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not list(tmp_path.glob(".sft.tmp-*")) and proc.poll() is None and time.monotonic() < deadline:

@@ -41,8 +41,27 @@ def _reference_env(text: str) -> tuple[str, str]:
     return "invalid", ""
 
 
-_PIECES = ["<search>", "</search>", "<answer>", "</answer>", "<SEARCH>", "</Search>", "<Answer>", "</ANSWER>",
-           "<think>", "</think>", " who is X ", "Vell", "\n", " ", "<searc", "h>", "ſ", "<ſearch>", "</ſearch>"]
+_PIECES = [
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<SEARCH>",
+    "</Search>",
+    "<Answer>",
+    "</ANSWER>",
+    "<think>",
+    "</think>",
+    " who is X ",
+    "Vell",
+    "\n",
+    " ",
+    "<searc",
+    "h>",
+    "ſ",
+    "<ſearch>",
+    "</ſearch>",
+]
 
 
 def _random_texts(n: int, seed: int = 0):
@@ -51,11 +70,21 @@ def _random_texts(n: int, seed: int = 0):
         yield "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
 
 
-@pytest.mark.parametrize("text", [
-    "<think>hm</think>\n<search> who is X </search>", "<ANSWER>Vell</Answer>", "<answer>a</answer><search>q</search>",
-    "<search>unclosed <answer>b</answer>", "no tags at all", "<search>q", "</search><search>q</search>",
-    "<search>a</search><search>b</search>", "<search>\n multi\nline </search>", "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<think>hm</think>\n<search> who is X </search>",
+        "<ANSWER>Vell</Answer>",
+        "<answer>a</answer><search>q</search>",
+        "<search>unclosed <answer>b</answer>",
+        "no tags at all",
+        "<search>q",
+        "</search><search>q</search>",
+        "<search>a</search><search>b</search>",
+        "<search>\n multi\nline </search>",
+        "",
+    ],
+)
 def test_same_parse_as_the_regexes_on_normal_inputs(text):
     assert parse_action("search", text) == _reference_agent(text)
     assert env_parse_action(text) == _reference_env(text)
@@ -67,10 +96,17 @@ def test_same_parse_as_the_regexes_on_random_tag_soup():
         assert env_parse_action(text) == _reference_env(text), text
 
 
-@pytest.mark.parametrize("text", [
-    "<search>" * 12_500, "</search>" + "<search>" * 12_500, "<answer>" * 12_500,
-    "</answer>" + "<answer>" * 12_500, "<search><answer>" * 6_250, "<SeArCh>x" * 11_000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<search>" * 12_500,
+        "</search>" + "<search>" * 12_500,
+        "<answer>" * 12_500,
+        "</answer>" + "<answer>" * 12_500,
+        "<search><answer>" * 6_250,
+        "<SeArCh>x" * 11_000,
+    ],
+)
 def test_100_kb_of_tags_parses_in_linear_time(text):
     assert len(text) >= 99_000
     t0 = time.perf_counter()

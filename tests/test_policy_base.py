@@ -22,16 +22,24 @@ class FullLogitsOnly(torch.nn.Module):
 
 def test_logits_to_keep_path_equals_full_logits_path():
     torch.manual_seed(0)
-    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128))
+    m = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=128,
+        )
+    )
     rng = np.random.default_rng(0)
     prompts = [rng.integers(1, 64, rng.integers(1, 20)) for _ in range(7)]  # ragged, one of length 1 likely
     prompts[0] = prompts[0][:1]
     responses = [rng.integers(1, 64, rng.integers(1, 9)) for _ in range(7)]
     with torch.no_grad():
         fast = token_logprobs(m, prompts, responses, pad_token_id=0, temperature=0.7, with_entropy=True)
-        full = token_logprobs(FullLogitsOnly(m), prompts, responses, pad_token_id=0, temperature=0.7,
-                              with_entropy=True)
+        full = token_logprobs(FullLogitsOnly(m), prompts, responses, pad_token_id=0, temperature=0.7, with_entropy=True)
     for a, b in zip(fast, full):
         torch.testing.assert_close(a, b)
     assert fast[2].sum() == sum(len(r) for r in responses)
@@ -47,8 +55,17 @@ def test_pad_multiple_changes_shapes_not_results():
     from gigpo.train.update import batched_logprobs, padded_lengths
 
     torch.manual_seed(0)
-    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256))
+    m = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+        )
+    )
     rng = np.random.default_rng(1)
     prompts = [rng.integers(1, 64, rng.integers(1, 40)) for _ in range(9)]
     responses = [rng.integers(1, 64, rng.integers(1, 12)) for _ in range(9)]

@@ -73,11 +73,21 @@ def test_sampler_stays_in_the_list_and_log_probs_match_a_masked_forward_pass(tin
         assert [k for k, _ in g.allowed] == [k for k, _ in want]
         assert all(set(x.tolist()) == set(y.tolist()) for (_, x), (_, y) in zip(g.allowed, want))
     with torch.no_grad():
-        lp, _, _ = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
-                                  pad_token_id=tok.pad_token_id, temperature=temperature,
-                                  allowed=[g.allowed for g in gens])
-        free, _, _ = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
-                                    pad_token_id=tok.pad_token_id, temperature=temperature)
+        lp, _, _ = token_logprobs(
+            model,
+            [np.asarray(p) for p in prompts],
+            [g.token_ids for g in gens],
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature,
+            allowed=[g.allowed for g in gens],
+        )
+        free, _, _ = token_logprobs(
+            model,
+            [np.asarray(p) for p in prompts],
+            [g.token_ids for g in gens],
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature,
+        )
     for i, g in enumerate(gens):
         np.testing.assert_allclose(g.logprobs, lp[i, : len(g.token_ids)].numpy(), atol=1e-4)
         if g.allowed:  # renormalised over fewer ids: every restricted log-prob is higher
@@ -107,8 +117,9 @@ def test_sft_loss_under_the_mask_is_at_most_the_free_loss(tiny):
     P = [np.asarray(_prompt(tok))] * 2
     with torch.no_grad():
         free, n = sft_loss(model, P, R, pad_token_id=tok.pad_token_id)
-        masked, n2 = sft_loss(model, P, R, pad_token_id=tok.pad_token_id,
-                              allowed=[c.positions(list(r), eos) for r in R])
+        masked, n2 = sft_loss(
+            model, P, R, pad_token_id=tok.pad_token_id, allowed=[c.positions(list(r), eos) for r in R]
+        )
     assert n == n2 and float(masked) < float(free)
 
 
@@ -133,16 +144,18 @@ def test_constrained_alfworld_rollout_after_a_short_sft_acts_only_from_the_list(
     model, tok = load_policy("tiny", cache_dir=str(tmp_path_factory.getbasetemp() / "gigpo-cache"), device="cpu")
     agent = Agent("alfworld", tok, history_length=1, max_prompt_tokens=768, constrain_actions=True)
     kw = dict(task_types=["pick_and_place_simple"], max_receptacles=4, max_distractors=2)
-    demos = collect_expert_demos("alfworld", make_tasks("alfworld", "train", n=3, seed=1, **kw), tok, agent,
-                                 max_steps=12, with_allowed=True)
+    demos = collect_expert_demos(
+        "alfworld", make_tasks("alfworld", "train", n=3, seed=1, **kw), tok, agent, max_steps=12, with_allowed=True
+    )
     assert demos and all(len(d) == 3 and d[2] for d in demos)
     sft_train(model, demos, epochs=12, lr=3e-3, batch_rows=8, pad_token_id=tok.pad_token_id)
     tasks = make_tasks("alfworld", "train", n=2, seed=5, **kw)
     with GroupedEnvs("alfworld", group_size=2, max_steps=3) as envs:
         reset = envs.reset(tasks)
         admissible = [set(info["admissible_actions"]) for _, info in reset]
-        batch = rollout(envs, tasks, HFGenerator(model, tok), tok, agent,
-                        SamplingParams(temperature=1.0, max_new_tokens=48, seed=0))
+        batch = rollout(
+            envs, tasks, HFGenerator(model, tok), tok, agent, SamplingParams(temperature=1.0, max_new_tokens=48, seed=0)
+        )
     assert batch.allowed is not None and len(batch.allowed) == batch.num_rows
     tagged = [i for i in range(batch.num_rows) if "<action>" in batch.response_text[i]]
     assert len(tagged) >= batch.num_rows // 2, list(batch.response_text)  # the SFT taught the format
@@ -150,8 +163,17 @@ def test_constrained_alfworld_rollout_after_a_short_sft_acts_only_from_the_list(
     assert first and all(batch.action[i] in admissible[batch.traj_id[i]] for i in first)
     assert all(batch.allowed[i] for i in tagged)
     # The sampler's log-probs are those of the masked distribution: the update's ratio starts at 1.
-    up = PolicyUpdater(model, TrainConfig(lr=1e-4, mini_batch_rows=batch.num_rows, ppo_epochs=1),
-                       pad_token_id=tok.pad_token_id, temperature=1.0)
-    m = up.update(batch.prompt_ids, batch.response_ids, np.ones(batch.num_rows, np.float32),
-                  list(batch.logprobs), allowed=batch.allowed)
+    up = PolicyUpdater(
+        model,
+        TrainConfig(lr=1e-4, mini_batch_rows=batch.num_rows, ppo_epochs=1),
+        pad_token_id=tok.pad_token_id,
+        temperature=1.0,
+    )
+    m = up.update(
+        batch.prompt_ids,
+        batch.response_ids,
+        np.ones(batch.num_rows, np.float32),
+        list(batch.logprobs),
+        allowed=batch.allowed,
+    )
     assert abs(m["approx_kl"]) < 1e-5 and m["clipfrac"] == 0.0

@@ -29,14 +29,21 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def prompts(tiny):
     _, tok = tiny
-    return [tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"]
-            for t in USER_TEXTS]
+    return [
+        tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True)["input_ids"]
+        for t in USER_TEXTS
+    ]
 
 
 def recompute(model, tok, prompts, gens, temperature=1.0):
     with torch.no_grad():
-        lp, _, mask = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
-                                     pad_token_id=tok.pad_token_id, temperature=temperature)
+        lp, _, mask = token_logprobs(
+            model,
+            [np.asarray(p) for p in prompts],
+            [g.token_ids for g in gens],
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature,
+        )
     return [lp[i, : len(g.token_ids)].numpy() for i, g in enumerate(gens)]
 
 
@@ -83,8 +90,9 @@ def test_same_seed_same_output_other_seed_differs(tiny, prompts):
     a = gen.generate(prompts, SamplingParams(max_new_tokens=16, seed=7))
     b = gen.generate(prompts, SamplingParams(max_new_tokens=16, seed=7))
     c = gen.generate(prompts, SamplingParams(max_new_tokens=16, seed=8))
-    assert all(np.array_equal(x.token_ids, y.token_ids) and np.array_equal(x.logprobs, y.logprobs)
-               for x, y in zip(a, b))
+    assert all(
+        np.array_equal(x.token_ids, y.token_ids) and np.array_equal(x.logprobs, y.logprobs) for x, y in zip(a, b)
+    )
     assert any(not np.array_equal(x.token_ids, y.token_ids) for x, y in zip(a, c))
 
 
@@ -132,8 +140,10 @@ def test_top_p_restricts_support_and_renormalises(tiny, prompts):
     k = int((probs[order].cumsum(0) < top_p).sum()) + 1  # smallest top set with mass >= top_p
     nucleus = set(order[:k].tolist())
     mass = float(probs[order[:k]].sum())
-    gens = [HFGenerator(model, tok).generate([prompts[1]], SamplingParams(top_p=top_p, max_new_tokens=1, seed=s))[0]
-            for s in range(40)]
+    gens = [
+        HFGenerator(model, tok).generate([prompts[1]], SamplingParams(top_p=top_p, max_new_tokens=1, seed=s))[0]
+        for s in range(40)
+    ]
     firsts = {int(g.token_ids[0]) for g in gens}
     assert firsts <= nucleus and len(firsts) > 1
     for g in gens:  # renormalised over the nucleus: log p - log(mass of the nucleus)

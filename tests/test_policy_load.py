@@ -48,8 +48,12 @@ def test_missing_directory_errors(tmp_path):
 
 def test_lora_wraps_and_only_adapters_train(cache):
     base, _ = load_policy("tiny", cache_dir=cache, device="cpu")
-    model, tok = load_policy("tiny", cache_dir=cache, device="cpu",
-                             lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "dropout": 0.0})
+    model, tok = load_policy(
+        "tiny",
+        cache_dir=cache,
+        device="cpu",
+        lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], "dropout": 0.0},
+    )
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     assert {n.split(".")[-3] for n in trainable} == {"lora_A", "lora_B"}  # ...lora_A.default.weight
@@ -88,8 +92,10 @@ def _chat(tok, text):
 @pytest.mark.slow
 def test_smollm2_follows_simple_instruction(smollm2):
     model, tok = smollm2
-    prompts = [_chat(tok, "What is the capital of France? Answer in one word."),
-               _chat(tok, "What is 2 + 3? Answer with the number only.")]
+    prompts = [
+        _chat(tok, "What is the capital of France? Answer in one word."),
+        _chat(tok, "What is 2 + 3? Answer with the number only."),
+    ]
     gens = HFGenerator(model, tok).generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=24))
     texts = [tok.decode(g.token_ids, skip_special_tokens=True) for g in gens]
     assert "Paris" in texts[0], texts
@@ -103,8 +109,9 @@ def test_smollm2_sampling_logprobs_match_forward_pass(smollm2):
     prompts = [_chat(tok, "Name a fruit."), _chat(tok, "Write one short sentence about the sea, please.")]
     gens = HFGenerator(model, tok).generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=12, seed=0))
     with torch.no_grad():
-        lp, _, _ = token_logprobs(model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens],
-                                  pad_token_id=tok.pad_token_id)
+        lp, _, _ = token_logprobs(
+            model, [np.asarray(p) for p in prompts], [g.token_ids for g in gens], pad_token_id=tok.pad_token_id
+        )
     for i, g in enumerate(gens):
         np.testing.assert_allclose(g.logprobs, lp[i, : len(g.token_ids)].numpy(), atol=1e-4)
 

@@ -40,8 +40,9 @@ def test_saved_dir_reloads_with_auto_classes(tiny_dir, tiny_tok):
 def test_chat_template_renders_chatml(tiny_tok):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Take an action."}]
     text = tiny_tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-    assert text == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTake an action.<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nTake an action.<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tiny_tok.apply_chat_template(msgs, add_generation_prompt=True)["input_ids"]
     assert ids.count(tiny_tok.convert_tokens_to_ids("<|im_start|>")) == 3
     assert tiny_tok.eos_token == "<|im_end|>" and tiny_tok.pad_token == "<|endoftext|>"

@@ -41,37 +41,73 @@ def _batch(it: int, n_tasks: int = 3, n: int = 4, rng=None) -> StepBatch:
             for t, (a, act) in enumerate(zip(anchors, acts)):
                 last = t == len(anchors) - 1
                 valid = not (k == 3 and t == 1)  # one invalid action, to show it on the page
-                rows.append(dict(episode_id=it * 100 + ep, traj_id=tid, step=t, anchor=a,
-                                 reward=10.0 if (last and won) else 0.0, done=last, valid=valid,
-                                 action=act if valid else "dance <script>alert(1)</script>",
-                                 response_text=f"<think>step {t}</think><action>{act}</action>",
-                                 observation="You won!" if last and won else ROOM))
-            trajs.append(dict(traj_episode_id=it * 100 + ep, traj_task_id=f"task-{ep}",
-                              traj_task_type="pick_and_place", traj_won=won, traj_score=float(won),
-                              traj_length=len(anchors), traj_failed=False, traj_truncated=False))
+                rows.append(
+                    dict(
+                        episode_id=it * 100 + ep,
+                        traj_id=tid,
+                        step=t,
+                        anchor=a,
+                        reward=10.0 if (last and won) else 0.0,
+                        done=last,
+                        valid=valid,
+                        action=act if valid else "dance <script>alert(1)</script>",
+                        response_text=f"<think>step {t}</think><action>{act}</action>",
+                        observation="You won!" if last and won else ROOM,
+                    )
+                )
+            trajs.append(
+                dict(
+                    traj_episode_id=it * 100 + ep,
+                    traj_task_id=f"task-{ep}",
+                    traj_task_type="pick_and_place",
+                    traj_won=won,
+                    traj_score=float(won),
+                    traj_length=len(anchors),
+                    traj_failed=False,
+                    traj_truncated=False,
+                )
+            )
             tid += 1
     col = lambda rs, k, dt=None: np.array([r[k] for r in rs], dtype=dt)  # noqa: E731
     obj = lambda rs, k: np.array([r[k] for r in rs] + [None], dtype=object)[:-1]  # noqa: E731
     return StepBatch(
-        episode_id=col(rows, "episode_id", np.int64), traj_id=col(rows, "traj_id", np.int64),
-        step=col(rows, "step", np.int32), anchor=obj(rows, "anchor"), reward=col(rows, "reward", np.float32),
-        done=col(rows, "done", bool), valid=col(rows, "valid", bool),
+        episode_id=col(rows, "episode_id", np.int64),
+        traj_id=col(rows, "traj_id", np.int64),
+        step=col(rows, "step", np.int32),
+        anchor=obj(rows, "anchor"),
+        reward=col(rows, "reward", np.float32),
+        done=col(rows, "done", bool),
+        valid=col(rows, "valid", bool),
         prompt_ids=[np.arange(5, dtype=np.int32)] * len(rows),
         response_ids=[np.arange(3, dtype=np.int32)] * len(rows),
         logprobs=[np.full(3, -1.0, np.float32)] * len(rows),
-        action=obj(rows, "action"), response_text=obj(rows, "response_text"), observation=obj(rows, "observation"),
-        traj_episode_id=col(trajs, "traj_episode_id", np.int64), traj_task_id=obj(trajs, "traj_task_id"),
-        traj_task_type=obj(trajs, "traj_task_type"), traj_won=col(trajs, "traj_won", bool),
-        traj_score=col(trajs, "traj_score", np.float32), traj_length=col(trajs, "traj_length", np.int32),
-        traj_failed=col(trajs, "traj_failed", bool), traj_truncated=col(trajs, "traj_truncated", bool),
+        action=obj(rows, "action"),
+        response_text=obj(rows, "response_text"),
+        observation=obj(rows, "observation"),
+        traj_episode_id=col(trajs, "traj_episode_id", np.int64),
+        traj_task_id=obj(trajs, "traj_task_id"),
+        traj_task_type=obj(trajs, "traj_task_type"),
+        traj_won=col(trajs, "traj_won", bool),
+        traj_score=col(trajs, "traj_score", np.float32),
+        traj_length=col(trajs, "traj_length", np.int32),
+        traj_failed=col(trajs, "traj_failed", bool),
+        traj_truncated=col(trajs, "traj_truncated", bool),
     )
 
 
-def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", traj_every: int = 2,
-                 evals: bool = True):
+def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", traj_every: int = 2, evals: bool = True):
     """A run directory in the trainer's formats; returns its path."""
-    cfg = load_config(None, ["name=unit_run", f"output_dir={tmp_path}", f"algorithm.estimator={estimator}",
-                             "env.group_size=4", "env.tasks_per_iter=3", f"train.iterations={iterations}"])
+    cfg = load_config(
+        None,
+        [
+            "name=unit_run",
+            f"output_dir={tmp_path}",
+            f"algorithm.estimator={estimator}",
+            "env.group_size=4",
+            "env.tasks_per_iter=3",
+            f"train.iterations={iterations}",
+        ],
+    )
     run = cfg.run_dir
     run.mkdir(parents=True)
     save_config(cfg, run / "config.yaml")
@@ -82,21 +118,44 @@ def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", tra
         b = _batch(it)
         returns = discounted_returns(b.reward, b.traj_id, 0.95)
         scores = episode_scores(b.reward, b.traj_id)
-        res = compute_advantages(estimator, scores=scores, step_returns=returns, episode_ids=b.episode_id,
-                                 traj_ids=b.traj_id, anchors=b.anchor)
-        m = {"rollout/success": float(b.traj_won.mean()), "rollout/score": 0.1 * it,
-             "rollout/episode_length": float(b.traj_length.mean()), "rollout/invalid_action_rate": 0.05,
-             "actor/kl": 0.001 * it, "actor/entropy": 2.0 - 0.1 * it, "actor/clipfrac": 0.02,
-             "actor/grad_norm": float("nan") if it == 2 else 1.5,  # logged as "nan": skipped, not a crash
-             "time/rollout": 3.0, "time/old_logprob": 0.5, "time/ref_logprob": 0.5, "time/advantage": 0.01,
-             "time/update": 2.0, "time/iteration": 6.01}
+        res = compute_advantages(
+            estimator,
+            scores=scores,
+            step_returns=returns,
+            episode_ids=b.episode_id,
+            traj_ids=b.traj_id,
+            anchors=b.anchor,
+        )
+        m = {
+            "rollout/success": float(b.traj_won.mean()),
+            "rollout/score": 0.1 * it,
+            "rollout/episode_length": float(b.traj_length.mean()),
+            "rollout/invalid_action_rate": 0.05,
+            "actor/kl": 0.001 * it,
+            "actor/entropy": 2.0 - 0.1 * it,
+            "actor/clipfrac": 0.02,
+            "actor/grad_norm": float("nan") if it == 2 else 1.5,  # logged as "nan": skipped, not a crash
+            "time/rollout": 3.0,
+            "time/old_logprob": 0.5,
+            "time/ref_logprob": 0.5,
+            "time/advantage": 0.01,
+            "time/update": 2.0,
+            "time/iteration": 6.01,
+        }
         m.update(step_group_metrics(res.step_groups))
         log.log(m, iteration=it, tag="train")
         if it % traj_every == 0:
-            write_trajectories_jsonl(b, run / "trajectories" / f"iter_{it:06d}.jsonl",
-                                     advantages={"A": res.advantages, "A_E": res.episode_advantages,
-                                                 "A_S": res.step_advantages, "step_group": res.step_groups,
-                                                 "step_return": returns})
+            write_trajectories_jsonl(
+                b,
+                run / "trajectories" / f"iter_{it:06d}.jsonl",
+                advantages={
+                    "A": res.advantages,
+                    "A_E": res.episode_advantages,
+                    "A_S": res.step_advantages,
+                    "step_group": res.step_groups,
+                    "step_return": returns,
+                },
+            )
     if evals:
         log.log({"eval/success": 0.75, "eval/score": 0.8}, iteration=2, tag="eval")
         log.log({"eval/success": 0.5, "eval/score": 0.6}, iteration=iterations, tag="eval_final")
@@ -117,8 +176,18 @@ def test_report_has_every_section_plots_and_viewer_data(tmp_path):
     text = path.read_text(encoding="utf-8")
     for sid in ("header", "curves", "group-sizes", "timing", "viewer", "vw-iter", "vw-task", "vw-cols"):
         assert f'id="{sid}"' in text, sid
-    for plot in ("success-rate", "score", "episode-length", "invalid-action-rate", "kl-to-reference",
-                 "entropy", "clip-fraction", "gradient-norm", "group-sizes", "timing"):
+    for plot in (
+        "success-rate",
+        "score",
+        "episode-length",
+        "invalid-action-rate",
+        "kl-to-reference",
+        "entropy",
+        "clip-fraction",
+        "gradient-norm",
+        "group-sizes",
+        "timing",
+    ):
         block = re.search(rf'id="plot-{plot}">(.*?)</figure>', text, re.S).group(1)
         b64 = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', block).group(1)
         assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n", plot
@@ -164,8 +233,9 @@ def test_missing_pieces_become_notes_not_errors(tmp_path):
 def test_group_sizes_fall_back_to_trajectory_files(tmp_path):
     run = make_run_dir(tmp_path)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    (run / "metrics.jsonl").write_text("".join(
-        json.dumps({k: v for k, v in ln.items() if not k.startswith("step_groups/")}) + "\n" for ln in lines))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in ln.items() if not k.startswith("step_groups/")}) + "\n" for ln in lines)
+    )
     from gigpo.report.plots import group_size_table
 
     its, labels, counts, share, source = group_size_table(load_run(run))
@@ -219,10 +289,25 @@ def test_report_of_a_real_short_training_run(tmp_path):
     from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
-    cfg = load_config(None, [f"output_dir={tmp_path}", "name=real", "env.family=alfworld", "env.group_size=2",
-                             "env.tasks_per_iter=2", "env.max_steps=3", "env.eval_tasks=2", "env.train_tasks=4",
-                             "train.iterations=2", "rollout.max_response_tokens=12", "sft.enabled=false",
-                             "log.trajectories_every=1", "log.progress=false", "log.tensorboard=false"])
+    cfg = load_config(
+        None,
+        [
+            f"output_dir={tmp_path}",
+            "name=real",
+            "env.family=alfworld",
+            "env.group_size=2",
+            "env.tasks_per_iter=2",
+            "env.max_steps=3",
+            "env.eval_tasks=2",
+            "env.train_tasks=4",
+            "train.iterations=2",
+            "rollout.max_response_tokens=12",
+            "sft.enabled=false",
+            "log.trajectories_every=1",
+            "log.progress=false",
+            "log.tensorboard=false",
+        ],
+    )
     trainer = Trainer(cfg)
     try:
         trainer.run()

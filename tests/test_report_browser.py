@@ -19,8 +19,14 @@ from test_report import make_run_dir
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("GIGPO_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
 
@@ -65,7 +71,8 @@ def test_report_renders_in_chromium(browser, tmp_path):
     assert colours and "rgba(0, 0, 0, 0)" not in colours
     # the looping "look" state: same group, same colour in every column it appears in
     looped = page.eval_on_selector_all(
-        "#vw-cols .step.grouped", "els => els.map(e => [e.dataset.group, getComputedStyle(e).backgroundColor])")
+        "#vw-cols .step.grouped", "els => els.map(e => [e.dataset.group, getComputedStyle(e).backgroundColor])"
+    )
     by_group: dict[str, set] = {}
     for g, c in looped:
         by_group.setdefault(g, set()).add(c)

@@ -49,8 +49,9 @@ def _run(family, tiny, *, B=2, n=2, max_prompt_tokens=2048, max_new_tokens=12, s
     gen = CountingGenerator(HFGenerator(model, tok))
     agent = Agent(family, tok, max_prompt_tokens=max_prompt_tokens)
     with GroupedEnvs(family, group_size=n, max_steps=MAX_STEPS[family]) as envs:
-        batch = rollout(envs, tasks, gen, tok, agent,
-                        SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed))
+        batch = rollout(
+            envs, tasks, gen, tok, agent, SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+        )
         results = envs.results()
     return batch, tasks, gen, agent, results
 
@@ -141,8 +142,13 @@ def test_prompts_are_the_agent_prompts_of_the_recorded_history(family_run):
         obs, info = env.reset(tasks[0])
         hist = []
         for i in idx:
-            p = agent.build_prompt(info.get("instruction") or obs, obs, hist, step=len(hist),
-                                   admissible_actions=info.get("admissible_actions"))
+            p = agent.build_prompt(
+                info.get("instruction") or obs,
+                obs,
+                hist,
+                step=len(hist),
+                admissible_actions=info.get("admissible_actions"),
+            )
             assert batch.prompt_ids[i].tolist() == p.ids
             hist.append((obs, batch.action[i]))
             obs, _, _, info = env.step(batch.action[i])
@@ -163,8 +169,15 @@ def test_rollout_max_steps_cuts_and_marks_truncated(tiny):
     model, tok = tiny
     tasks = make_tasks("search", "train", n=1)
     with GroupedEnvs("search", group_size=2, max_steps=4) as envs:
-        batch = rollout(envs, tasks, HFGenerator(model, tok), tok, Agent("search", tok),
-                        SamplingParams(max_new_tokens=4, seed=1), max_steps=1)
+        batch = rollout(
+            envs,
+            tasks,
+            HFGenerator(model, tok),
+            tok,
+            Agent("search", tok),
+            SamplingParams(max_new_tokens=4, seed=1),
+            max_steps=1,
+        )
     assert batch.step.max() == 0
     assert np.array_equal(batch.traj_truncated, ~batch.done)
 
@@ -184,8 +197,11 @@ def test_jsonl_has_one_line_per_step_with_advantages(family_run, tmp_path, tiny)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert len(lines) == N
     for i, rec in enumerate(lines):
-        assert (rec["traj_id"], rec["step"], rec["action"]) == (int(batch.traj_id[i]), int(batch.step[i]),
-                                                                batch.action[i])
+        assert (rec["traj_id"], rec["step"], rec["action"]) == (
+            int(batch.traj_id[i]),
+            int(batch.step[i]),
+            batch.action[i],
+        )
         assert rec["anchor"] == batch.anchor[i] and rec["A_E"] == float(i) and rec["step_group"] == i % 3
         assert rec["prompt"] == tiny[1].decode(batch.prompt_ids[i].tolist())
     with pytest.raises(ValueError, match="one value per row"):
@@ -220,8 +236,9 @@ def test_expert_demos_use_the_rollout_prompt_format(family, tiny):
     env = make_env(family)
     obs, info = env.reset(tasks[0])
     env.close()
-    first = agent.build_prompt(info.get("instruction") or obs, obs, [], step=0,
-                               admissible_actions=info.get("admissible_actions"))
+    first = agent.build_prompt(
+        info.get("instruction") or obs, obs, [], step=0, admissible_actions=info.get("admissible_actions")
+    )
     assert demos[0][0].tolist() == first.ids
     for p, r in demos:
         assert p.dtype == np.int32 and r.dtype == np.int32 and r[-1] == tok.eos_token_id
@@ -258,8 +275,9 @@ def test_expert_demos_relabel_task_reading_steps(tiny):
     kw = dict(task_types=["pick_and_place_simple"], max_receptacles=6, max_distractors=4)
     tasks = make_tasks("alfworld", "train", n=3, seed=0, **kw)
     plain = collect_expert_demos("alfworld", tasks, tok, agent, max_steps=20, with_allowed=True, think="empty")
-    more = collect_expert_demos("alfworld", tasks, tok, agent, max_steps=20, with_allowed=True, think="empty",
-                                relabel=4)
+    more = collect_expert_demos(
+        "alfworld", tasks, tok, agent, max_steps=20, with_allowed=True, think="empty", relabel=4
+    )
     assert len(more) > len(plain)
     keys = {(p.tobytes(), r.tobytes()) for p, r, _ in plain}
     extra = [(i, d) for i, d in enumerate(more) if (d[0].tobytes(), d[1].tobytes()) not in keys]
@@ -290,8 +308,14 @@ def test_smollm2_rollout_keeps_the_contract(family, smollm2):
     model, tok = smollm2
     tasks = make_tasks(family, "train", n=1)
     with GroupedEnvs(family, group_size=2, max_steps=2) as envs:
-        batch = rollout(envs, tasks, HFGenerator(model, tok), tok, Agent(family, tok),
-                        SamplingParams(temperature=1.0, max_new_tokens=24, seed=0))
+        batch = rollout(
+            envs,
+            tasks,
+            HFGenerator(model, tok),
+            tok,
+            Agent(family, tok),
+            SamplingParams(temperature=1.0, max_new_tokens=24, seed=0),
+        )
         results = envs.results()
     _check_contract(batch, tasks, results, n=2)
     _check_logprobs(batch, model, tok)

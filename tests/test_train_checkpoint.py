@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from gigpo.train.checkpoint import (CheckpointError, load_checkpoint, load_latest, rng_state, save_checkpoint,
-                                    set_rng_state)
+from gigpo.train.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_latest,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 
 
 def _two(tmp_path):

@@ -12,17 +12,46 @@ import torch
 from gigpo.train.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SMALL = ["train.iterations=2", "env.tasks_per_iter=2", "env.group_size=2", "env.eval_tasks=2",
-         "env.max_steps=3", "rollout.max_response_tokens=12", "sft.enabled=false",
-         "log.progress=false", "log.tensorboard=false", "log.trajectories_every=1", "train.lr=1e-3",
-         "train.entropy_coef=0.01", "train.use_kl=true", "train.skip_zero_advantage_rows=false",
-         # an untrained model ties every group; dynamic sampling would (rightly) train on none of them
-         "train.dynamic_sampling=false", "guard.val_every=0"]
-DOCUMENTED = ["rollout/success", "rollout/score", "rollout/invalid_action_rate", "actor/pg_loss",
-              "actor/kl", "actor/entropy", "actor/clipfrac", "actor/grad_norm", "advantage/mean",
-              "return/mean", "step_groups/num_groups", "step_groups/share_rows_in_size_gt1",
-              "tokens/response", "time/rollout", "time/old_logprob", "time/ref_logprob",
-              "time/advantage", "time/update", "time/iteration"]
+SMALL = [
+    "train.iterations=2",
+    "env.tasks_per_iter=2",
+    "env.group_size=2",
+    "env.eval_tasks=2",
+    "env.max_steps=3",
+    "rollout.max_response_tokens=12",
+    "sft.enabled=false",
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.trajectories_every=1",
+    "train.lr=1e-3",
+    "train.entropy_coef=0.01",
+    "train.use_kl=true",
+    "train.skip_zero_advantage_rows=false",
+    # an untrained model ties every group; dynamic sampling would (rightly) train on none of them
+    "train.dynamic_sampling=false",
+    "guard.val_every=0",
+]
+DOCUMENTED = [
+    "rollout/success",
+    "rollout/score",
+    "rollout/invalid_action_rate",
+    "actor/pg_loss",
+    "actor/kl",
+    "actor/entropy",
+    "actor/clipfrac",
+    "actor/grad_norm",
+    "advantage/mean",
+    "return/mean",
+    "step_groups/num_groups",
+    "step_groups/share_rows_in_size_gt1",
+    "tokens/response",
+    "time/rollout",
+    "time/old_logprob",
+    "time/ref_logprob",
+    "time/advantage",
+    "time/update",
+    "time/iteration",
+]
 
 
 def _lines(run):
@@ -71,8 +100,14 @@ def _train(run_parent, name, extra, env=None, resume=False):
     if resume:
         cmd += ["--resume", str(run_parent / name)]
     else:
-        cmd += ["--config", str(CONFIGS / "search_tiny.yaml"), *SMALL, f"output_dir={run_parent}",
-                f"name={name}", *extra]
+        cmd += [
+            "--config",
+            str(CONFIGS / "search_tiny.yaml"),
+            *SMALL,
+            f"output_dir={run_parent}",
+            f"name={name}",
+            *extra,
+        ]
     e = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=600)
 
@@ -107,8 +142,7 @@ def test_sigkill_mid_iteration_then_resume_matches_uninterrupted_run(tmp_path, r
     a = [_comparable(x) for x in _lines(reference_run) if x["tag"] == "train"]
     b = [_comparable(x) for x in _lines(tmp_path / "cut") if x["tag"] == "train"]
     assert [x["iteration"] for x in b] == [1, 2, 3]
-    diffs = [(x["iteration"], k, x[k], y.get(k)) for x, y in zip(a, b) for k in x
-             if not _same(x[k], y.get(k))]
+    diffs = [(x["iteration"], k, x[k], y.get(k)) for x, y in zip(a, b) for k in x if not _same(x[k], y.get(k))]
     assert not diffs, diffs
 
 

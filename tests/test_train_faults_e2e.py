@@ -15,22 +15,45 @@ import pytest
 from gigpo.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SMALL = ["sft.enabled=false", "env.tasks_per_iter=2", "env.group_size=2", "env.eval_tasks=1", "env.max_steps=3",
-         "rollout.max_response_tokens=12", "log.progress=false", "log.tensorboard=false", "log.eval_before=false",
-         "log.trajectories_every=0", "train.lr=1e-3"]
+SMALL = [
+    "sft.enabled=false",
+    "env.tasks_per_iter=2",
+    "env.group_size=2",
+    "env.eval_tasks=1",
+    "env.max_steps=3",
+    "rollout.max_response_tokens=12",
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.eval_before=false",
+    "log.trajectories_every=0",
+    "train.lr=1e-3",
+]
 
 
 def _cmd(parent, name, extra):
-    return [sys.executable, "-m", "gigpo.cli", "train", "--config", str(CONFIGS / "search_tiny.yaml"), *SMALL,
-            f"output_dir={parent}", f"name={name}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "gigpo.cli",
+        "train",
+        "--config",
+        str(CONFIGS / "search_tiny.yaml"),
+        *SMALL,
+        f"output_dir={parent}",
+        f"name={name}",
+        *extra,
+    ]
 
 
 def _train_iterations(run):
     path = run / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(x)["iteration"] for x in path.read_text().splitlines()
-            if x.strip() and json.loads(x)["tag"] == "train"]
+    return [
+        json.loads(x)["iteration"]
+        for x in path.read_text().splitlines()
+        if x.strip() and json.loads(x)["tag"] == "train"
+    ]
 
 
 def _wait_for_iteration(proc, run, k, timeout=240):
@@ -46,8 +69,9 @@ def _env_workers(pid):
 
     procs = psutil.Process(pid).children(recursive=True)
     forked = [p for p in procs if p.ppid() != pid]  # forkserver children
-    return forked or [p for p in procs if not any(s in " ".join(p.cmdline()) for s in ("resource_tracker",
-                                                                                         "forkserver"))]
+    return forked or [
+        p for p in procs if not any(s in " ".join(p.cmdline()) for s in ("resource_tracker", "forkserver"))
+    ]
 
 
 @pytest.mark.slow
@@ -55,9 +79,17 @@ def test_a_stopped_env_worker_times_out_and_the_run_finishes(tmp_path):
     pytest.importorskip("psutil")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = tmp_path / "hung"
-    proc = subprocess.Popen(_cmd(tmp_path, "hung", ["train.iterations=2", "env.executor=process",
-                                                    "env.step_timeout=2", "env.reset_timeout=2"]),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(
+            tmp_path,
+            "hung",
+            ["train.iterations=2", "env.executor=process", "env.step_timeout=2", "env.reset_timeout=2"],
+        ),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stopped = None
     try:
         _wait_for_iteration(proc, run, 1)
@@ -82,8 +114,9 @@ def test_a_stopped_env_worker_times_out_and_the_run_finishes(tmp_path):
 def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = tmp_path / "cc"
-    proc = subprocess.Popen(_cmd(tmp_path, "cc", ["train.iterations=2"]), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd(tmp_path, "cc", ["train.iterations=2"]), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         _wait_for_iteration(proc, run, 1)
         proc.send_signal(signal.SIGINT)
@@ -97,15 +130,21 @@ def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     assert "Traceback" not in err
     done = _train_iterations(run)
     assert done and done == list(range(1, len(done) + 1))
-    r = subprocess.run([sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run)], env=env,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert _train_iterations(run) == [1, 2]
 
 
 @pytest.mark.slow
 def test_disk_full_while_checkpointing_stops_with_one_line_and_keeps_the_previous_checkpoint(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     import gigpo.train.trainer as trainer
     from gigpo.train.checkpoint import load_latest
 
@@ -117,13 +156,24 @@ def test_disk_full_while_checkpointing_stops_with_one_line_and_keeps_the_previou
         return real(run_dir, iteration, state, **kw)
 
     monkeypatch.setattr(trainer, "save_checkpoint", full_disk_at_2)
-    rc = main(["train", "--config", str(CONFIGS / "search_tiny.yaml"), *SMALL, f"output_dir={tmp_path}", "name=full",
-               "train.iterations=2"])
+    rc = main(
+        [
+            "train",
+            "--config",
+            str(CONFIGS / "search_tiny.yaml"),
+            *SMALL,
+            f"output_dir={tmp_path}",
+            "name=full",
+            "train.iterations=2",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     run = tmp_path / "full"
     assert rc == 1
-    assert err[-1] == f"gigpo: disk full while writing the run: free some space; then continue with: " \
-                      f"gigpo train --resume {run}"
+    assert (
+        err[-1] == f"gigpo: disk full while writing the run: free some space; then continue with: "
+        f"gigpo train --resume {run}"
+    )
     path, state = load_latest(run)
     assert path.name == "iter_000001" and state["iteration"] == 1
     # iteration 2 was logged before its checkpoint failed; a resume drops that line and re-runs it

@@ -31,37 +31,57 @@ def _batch(rewards_per_traj, group_size, failed=None):
     n, T = len(rows["traj_id"]), len(rewards_per_traj)
     obj = StepBatch.object_array
     return StepBatch(
-        episode_id=np.asarray(rows["episode_id"]), traj_id=np.asarray(rows["traj_id"]),
-        step=np.asarray(rows["step"], np.int32), anchor=obj(rows["anchor"]),
-        reward=np.asarray(rows["reward"], np.float32), done=np.asarray(rows["done"]),
-        valid=np.asarray(rows["valid"]), prompt_ids=[np.array([1, 2, i], np.int32) for i in range(n)],
+        episode_id=np.asarray(rows["episode_id"]),
+        traj_id=np.asarray(rows["traj_id"]),
+        step=np.asarray(rows["step"], np.int32),
+        anchor=obj(rows["anchor"]),
+        reward=np.asarray(rows["reward"], np.float32),
+        done=np.asarray(rows["done"]),
+        valid=np.asarray(rows["valid"]),
+        prompt_ids=[np.array([1, 2, i], np.int32) for i in range(n)],
         response_ids=[np.array([3, i], np.int32) for i in range(n)],
-        logprobs=[np.array([-0.5, -1.0], np.float32) for _ in range(n)], action=obj(["a"] * n),
-        response_text=obj([""] * n), observation=obj([""] * n),
-        traj_episode_id=np.arange(T) // group_size, traj_task_id=obj([f"task{t // group_size}" for t in range(T)]),
-        traj_task_type=obj(["x"] * T), traj_won=np.asarray([sum(r) > 0 for r in rewards_per_traj]),
+        logprobs=[np.array([-0.5, -1.0], np.float32) for _ in range(n)],
+        action=obj(["a"] * n),
+        response_text=obj([""] * n),
+        observation=obj([""] * n),
+        traj_episode_id=np.arange(T) // group_size,
+        traj_task_id=obj([f"task{t // group_size}" for t in range(T)]),
+        traj_task_type=obj(["x"] * T),
+        traj_won=np.asarray([sum(r) > 0 for r in rewards_per_traj]),
         traj_score=np.asarray([float(sum(r)) for r in rewards_per_traj], np.float32),
         traj_length=np.asarray([len(r) for r in rewards_per_traj], np.int32),
         traj_failed=np.asarray(failed if failed is not None else [False] * T),
         traj_truncated=np.zeros(T, bool),
-        meta={"group_size": group_size, "prompts": n, "traj_tool_calls": list(range(T))})
+        meta={"group_size": group_size, "prompts": n, "traj_tool_calls": list(range(T))},
+    )
 
 
 def _adv(batch, estimator):
     scores = episode_scores(batch.reward, batch.traj_id)
     returns = discounted_returns(batch.reward, batch.traj_id, 0.95)
-    return compute_advantages(estimator, scores=scores, step_returns=returns, episode_ids=batch.episode_id,
-                              traj_ids=batch.traj_id, anchors=batch.anchor).advantages
+    return compute_advantages(
+        estimator,
+        scores=scores,
+        step_returns=returns,
+        episode_ids=batch.episode_id,
+        traj_ids=batch.traj_id,
+        anchors=batch.anchor,
+    ).advantages
 
 
 # Group 0: all fail (tied). Group 1: one win (signal). Group 2: all win in the same number of steps
 # (tied). Group 3: all win, in 2 or 3 steps: tied episode scores, but GiGPO's step groups differ.
-TRAJS = ([[0, 0]] * 3 + [[0, 0], [0, 1], [0, 0]] + [[0, 1]] * 3 + [[0, 1], [0, 1], [0, 0, 1]])
+TRAJS = [[0, 0]] * 3 + [[0, 0], [0, 1], [0, 0]] + [[0, 1]] * 3 + [[0, 1], [0, 1], [0, 0, 1]]
 
 
-@pytest.mark.parametrize("estimator,expected", [("gigpo", [False, True, False, True]),
-                                                ("grpo", [False, True, False, False]),
-                                                ("rloo", [False, True, False, False])])
+@pytest.mark.parametrize(
+    "estimator,expected",
+    [
+        ("gigpo", [False, True, False, True]),
+        ("grpo", [False, True, False, False]),
+        ("rloo", [False, True, False, False]),
+    ],
+)
 def test_group_has_signal_matches_each_estimators_zero_advantage_groups(estimator, expected):
     b = _batch(TRAJS, 3)
     assert group_has_signal(b, _adv(b, estimator)).tolist() == expected
@@ -103,12 +123,12 @@ def test_watchdog_rolls_back_after_patience_iterations_of_collapse():
     w = Watchdog(_cfg(train_drop=0.3, patience=2), select_by_val=False)
     improved = [w.observe_train(i, s, None)[0] for i, s in enumerate([0.5, 0.7, 0.8, 0.5])]
     assert improved == [True, True, True, False] and w.best_iteration == 2
-    assert w.observe_train(4, 0.1, None) == (False, None)      # one bad iteration: not yet
+    assert w.observe_train(4, 0.1, None) == (False, None)  # one bad iteration: not yet
     _, reason = w.observe_train(5, 0.0, None)
     assert reason and "training success 0.00" in reason and "for 2 iterations" in reason
     w.rolled_back()
     assert w.rollbacks == 1 and w.bad == 0 and w.ema == pytest.approx(w.best_ema)
-    assert w.observe_train(6, 0.6, None)[1] is None              # recovered: counters restart
+    assert w.observe_train(6, 0.6, None)[1] is None  # recovered: counters restart
 
 
 @pytest.mark.parametrize("p", [0.3, 0.6, 0.8])
@@ -128,7 +148,7 @@ def test_watchdog_entropy_floor_and_validation_drop():
     assert w.observe_train(1, 0.5, 0.9)[1] is None
     assert "entropy 0.100" in w.observe_train(2, 0.5, 0.1)[1]
     assert w.observe_val(5, 0.6) == (True, None) and w.best_iteration == 5
-    assert w.observe_val(10, 0.45) == (False, None)             # within val_drop 0.25
+    assert w.observe_val(10, 0.45) == (False, None)  # within val_drop 0.25
     improved, reason = w.observe_val(15, 0.3)
     assert not improved and "validation success 0.30" in reason and "iteration 5" in reason
     w2 = Watchdog(_cfg(watchdog=False, patience=1, entropy_floor=0.5), select_by_val=True)
@@ -150,17 +170,30 @@ def test_watchdog_state_round_trips_and_exhausts():
 
 
 def test_guard_config_rejects_bad_values():
-    for kw, key in [({"val_every": -1}, "guard.val_every"), ({"train_drop": 0}, "guard.train_drop"),
-                    ({"lr_factor": 2.0}, "guard.lr_factor"), ({"patience": 0}, "guard.patience"),
-                    ({"val_tasks": 0}, "guard.val_tasks")]:
+    for kw, key in [
+        ({"val_every": -1}, "guard.val_every"),
+        ({"train_drop": 0}, "guard.train_drop"),
+        ({"lr_factor": 2.0}, "guard.lr_factor"),
+        ({"patience": 0}, "guard.patience"),
+        ({"val_tasks": 0}, "guard.val_tasks"),
+    ]:
         with pytest.raises(ConfigError, match=key):
             GuardConfig(**kw)
 
 
 def _model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=32,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=32,
+        )
+    )
 
 
 def test_rollback_restores_weights_and_optimizer_and_scales_lr(tmp_path):
@@ -177,7 +210,10 @@ def test_rollback_restores_weights_and_optimizer_and_scales_lr(tmp_path):
     assert any(not torch.equal(saved[k], v) for k, v in model.state_dict().items())
     # pruning (keep=2) kept the pinned best beside the two newest
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("iter_*")) == [
-        "iter_000001", "iter_000004", "iter_000005"]
+        "iter_000001",
+        "iter_000004",
+        "iter_000005",
+    ]
     best = load_checkpoint(best_checkpoint(tmp_path))
     assert best["iteration"] == 1
     model.load_state_dict(best["model"])

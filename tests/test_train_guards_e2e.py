@@ -12,9 +12,21 @@ from gigpo.train.config import load_config
 
 ROOMS = "env.task_kwargs={task_types: [pick_and_place_simple], max_receptacles: 2, max_distractors: 0}"
 BASE = ["configs/alfworld_tiny.yaml"]
-SMALL = [ROOMS, "env.max_steps=12", "env.eval_tasks=4", "rollout.max_response_tokens=24", "sft.enabled=false",
-         "log.progress=false", "log.tensorboard=false", "log.eval_before=false", "train.torch_threads=1",
-         "log.trajectories_every=1", "train.lr=1e-4", "guard.val_every=0", "train.autocast=none"]
+SMALL = [
+    ROOMS,
+    "env.max_steps=12",
+    "env.eval_tasks=4",
+    "rollout.max_response_tokens=24",
+    "sft.enabled=false",
+    "log.progress=false",
+    "log.tensorboard=false",
+    "log.eval_before=false",
+    "train.torch_threads=1",
+    "log.trajectories_every=1",
+    "train.lr=1e-4",
+    "guard.val_every=0",
+    "train.autocast=none",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +35,19 @@ def sft_model(tmp_path_factory):
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("sft") / "m"
-    cfg = load_config("configs/alfworld_tiny.yaml", [ROOMS, "sft.episodes=12", "sft.epochs=3", "sft.relabel=0",
-                                                     "sft.prompt_loss_weight=0", "sft.warmup_steps=10",
-                                                     "log.progress=false", "train.torch_threads=1"])
+    cfg = load_config(
+        "configs/alfworld_tiny.yaml",
+        [
+            ROOMS,
+            "sft.episodes=12",
+            "sft.epochs=3",
+            "sft.relabel=0",
+            "sft.prompt_loss_weight=0",
+            "sft.warmup_steps=10",
+            "log.progress=false",
+            "train.torch_threads=1",
+        ],
+    )
     run_sft(cfg, out, progress=False)
     return str(out)
 
@@ -33,8 +55,10 @@ def sft_model(tmp_path_factory):
 def _run(tmp_path, model, extra, name="r"):
     from gigpo.train.trainer import Trainer
 
-    cfg = load_config("configs/alfworld_tiny.yaml", [*SMALL, f"model.name_or_path={model}",
-                                                     f"output_dir={tmp_path}", f"name={name}", *extra])
+    cfg = load_config(
+        "configs/alfworld_tiny.yaml",
+        [*SMALL, f"model.name_or_path={model}", f"output_dir={tmp_path}", f"name={name}", *extra],
+    )
     tr = Trainer(cfg)
     try:
         result = tr.run()
@@ -61,8 +85,9 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_carry_signal(tmp_path
         # without it, tied groups (both rollouts won or both failed) are trained on with A = 0 ...
         tied = sum(all(abs(a) < 1e-8 for a in g) for it in (1, 2) for g in _groups(plain_dir, it).values())
         assert tied > 0
-    _, _, dyn, dyn_dir = _run(tmp_path, sft_model, [*common, "train.dynamic_sampling=true",
-                                                    "train.dynamic_sampling_rounds=4"], "dyn")
+    _, _, dyn, dyn_dir = _run(
+        tmp_path, sft_model, [*common, "train.dynamic_sampling=true", "train.dynamic_sampling_rounds=4"], "dyn"
+    )
     for it, line in zip((1, 2), [x for x in dyn if x["tag"] == "train"]):
         groups = _groups(dyn_dir, it)
         # ... with it every trained group has signal, and the batch is full again
@@ -76,18 +101,27 @@ def test_dynamic_sampling_fills_the_batch_with_groups_that_carry_signal(tmp_path
 @pytest.mark.slow
 def test_watchdog_rolls_back_a_planted_collapse(tmp_path, sft_model, monkeypatch):
     monkeypatch.setenv("GIGPO_DEBUG_LR_AT", "2:0.05")  # iteration 2's update at 500x the lr
-    tr, _, lines, run_dir = _run(tmp_path, sft_model, ["env.group_size=4", "env.tasks_per_iter=4",
-                                                       "train.iterations=5", "guard.train_drop=0.2",
-                                                       "guard.patience=2", "guard.lr_factor=0.5"])
+    tr, _, lines, run_dir = _run(
+        tmp_path,
+        sft_model,
+        [
+            "env.group_size=4",
+            "env.tasks_per_iter=4",
+            "train.iterations=5",
+            "guard.train_drop=0.2",
+            "guard.patience=2",
+            "guard.lr_factor=0.5",
+        ],
+    )
     train = {x["iteration"]: x for x in lines if x["tag"] == "train"}
-    assert train[1]["rollout/success"] >= 0.25          # the SFT'd model wins some rooms ...
-    assert train[3]["rollout/success"] <= 0.05          # ... and the spike destroyed it
+    assert train[1]["rollout/success"] >= 0.25  # the SFT'd model wins some rooms ...
+    assert train[3]["rollout/success"] <= 0.05  # ... and the spike destroyed it
     events = [x for x in lines if x["tag"] == "guard"]
     assert len(events) == 1 and events[0]["iteration"] == 4 and events[0]["event"] == "rollback"
     assert "training success" in events[0]["reason"] and events[0]["to_iteration"] <= 1
     assert events[0]["lr"] == pytest.approx(0.5e-4)
-    assert train[4]["train/rows_updated"] == 0          # the collapsed batch was not trained on
-    assert train[5]["rollout/success"] >= 0.25          # the restored model wins again
+    assert train[4]["train/rows_updated"] == 0  # the collapsed batch was not trained on
+    assert train[5]["rollout/success"] >= 0.25  # the restored model wins again
     assert train[5]["actor/lr"] == pytest.approx(0.5e-4) and train[5]["guard/rollbacks"] == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rollbacks"] == 1
@@ -95,12 +129,20 @@ def test_watchdog_rolls_back_a_planted_collapse(tmp_path, sft_model, monkeypatch
 
 
 @pytest.mark.slow
-def test_best_model_selection_keeps_the_earlier_checkpoint_when_a_later_one_is_worse(tmp_path, sft_model,
-                                                                                     monkeypatch):
+def test_best_model_selection_keeps_the_earlier_checkpoint_when_a_later_one_is_worse(tmp_path, sft_model, monkeypatch):
     monkeypatch.setenv("GIGPO_DEBUG_LR_AT", "2:0.05")
-    tr, result, lines, run_dir = _run(tmp_path, sft_model, ["env.group_size=2", "env.tasks_per_iter=2",
-                                                            "train.iterations=3", "guard.val_every=1",
-                                                            "guard.val_tasks=8", "guard.watchdog=false"])
+    tr, result, lines, run_dir = _run(
+        tmp_path,
+        sft_model,
+        [
+            "env.group_size=2",
+            "env.tasks_per_iter=2",
+            "train.iterations=3",
+            "guard.val_every=1",
+            "guard.val_tasks=8",
+            "guard.watchdog=false",
+        ],
+    )
     vals = {x["iteration"]: x["val/success"] for x in lines if "val/success" in x}
     assert sorted(vals) == [0, 1, 2, 3] and vals[2] < max(vals[0], vals[1])
     # ties keep the earlier model: the delivered one is the first to reach the best score

@@ -36,8 +36,15 @@ def test_iteration_summary_marks_absent_kl_and_entropy():
     assert "iter 3/5" in line and "success 0.250" in line and "kl 0.0123" in line and "ent -" in line
 
 
-@pytest.mark.parametrize("torn", [b'{"iteration": 3, "tag": "train", "x": 0.', b'{"iteration": 3, "note": "\xe6\x9d',
-                                  b'{"iteration": 3}{"itera', b'[3, 4'])
+@pytest.mark.parametrize(
+    "torn",
+    [
+        b'{"iteration": 3, "tag": "train", "x": 0.',
+        b'{"iteration": 3, "note": "\xe6\x9d',
+        b'{"iteration": 3}{"itera',
+        b"[3, 4",
+    ],
+)
 def test_a_torn_last_line_is_dropped_with_a_warning_and_the_good_lines_are_kept(tmp_path, torn):
     lg = MetricsLogger(tmp_path, tensorboard=False)
     for it in (1, 2, 3):

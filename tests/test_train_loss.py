@@ -5,33 +5,37 @@ import math
 import pytest
 import torch
 
-from gigpo.train.loss import (actor_loss, agg_loss, kl_penalty, policy_gradient_loss,
-                              token_budget_microbatches)
+from gigpo.train.loss import actor_loss, agg_loss, kl_penalty, policy_gradient_loss, token_budget_microbatches
 
 
 def _lp(ratio):
     return torch.log(torch.tensor([ratio], dtype=torch.float64))[None, :]
 
 
-@pytest.mark.parametrize("ratio,adv,expected", [
-    (1.5, 1.0, -1.2),   # A>0, ratio above 1+eps_high: clipped to 1.2
-    (0.5, 1.0, -0.5),   # A>0, ratio below 1-eps_low: unclipped branch (max of -0.5, -0.8)
-    (0.5, -1.0, 0.8),   # A<0, ratio below: clipped to 0.8
-    (2.0, -1.0, 2.0),   # A<0, ratio 2: max(2, 1.2) = 2, under dual clip 3
-    (5.0, -1.0, 3.0),   # A<0, ratio 5: dual clip bounds the loss at -A*c = 3
-    (5.0, 1.0, -1.2),   # A>0: dual clip never applies
-])
+@pytest.mark.parametrize(
+    "ratio,adv,expected",
+    [
+        (1.5, 1.0, -1.2),  # A>0, ratio above 1+eps_high: clipped to 1.2
+        (0.5, 1.0, -0.5),  # A>0, ratio below 1-eps_low: unclipped branch (max of -0.5, -0.8)
+        (0.5, -1.0, 0.8),  # A<0, ratio below: clipped to 0.8
+        (2.0, -1.0, 2.0),  # A<0, ratio 2: max(2, 1.2) = 2, under dual clip 3
+        (5.0, -1.0, 3.0),  # A<0, ratio 5: dual clip bounds the loss at -A*c = 3
+        (5.0, 1.0, -1.2),  # A>0: dual clip never applies
+    ],
+)
 def test_clipped_surrogate_matches_hand_values(ratio, adv, expected):
     old = torch.zeros(1, 1, dtype=torch.float64)
-    loss, _ = policy_gradient_loss(_lp(ratio), old, torch.tensor([adv], dtype=torch.float64),
-                                   torch.ones(1, 1, dtype=torch.float64))
+    loss, _ = policy_gradient_loss(
+        _lp(ratio), old, torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64)
+    )
     assert float(loss) == pytest.approx(expected, rel=1e-9)
 
 
 def test_clip_higher_uses_separate_high_bound():
     old = torch.zeros(1, 1, dtype=torch.float64)
-    loss, st = policy_gradient_loss(_lp(1.5), old, torch.tensor([1.0], dtype=torch.float64),
-                                    torch.ones(1, 1, dtype=torch.float64), clip_high=0.28)
+    loss, st = policy_gradient_loss(
+        _lp(1.5), old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64), clip_high=0.28
+    )
     assert float(loss) == pytest.approx(-1.28)
     assert st.clipfrac == 1.0
 
@@ -80,8 +84,9 @@ def test_actor_loss_adds_entropy_bonus_and_kl_term():
     mask = torch.ones(1, 2, dtype=torch.float64)
     ent = torch.tensor([[0.5, 1.5]], dtype=torch.float64)
     ref = logp - 1.0  # kl per token under "kl" = 1
-    loss, m = actor_loss(logp, logp.clone(), adv, mask, entropy=ent, ref_logp=ref,
-                         entropy_coef=0.1, kl_type="kl", kl_coef=0.01)
+    loss, m = actor_loss(
+        logp, logp.clone(), adv, mask, entropy=ent, ref_logp=ref, entropy_coef=0.1, kl_type="kl", kl_coef=0.01
+    )
     assert float(loss) == pytest.approx(-2.0 - 0.1 * 1.0 + 0.01 * 1.0)
     assert m["entropy"] == pytest.approx(1.0) and m["kl"] == pytest.approx(1.0)
 

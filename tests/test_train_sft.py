@@ -13,9 +13,17 @@ torch.set_num_threads(1)
 
 def _model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=48, hidden_size=32, intermediate_size=64,
-                                        num_hidden_layers=2, num_attention_heads=2,
-                                        num_key_value_heads=1, max_position_embeddings=64))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=48,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+    )
 
 
 def _demos(n=16, seed=0):

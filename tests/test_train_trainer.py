@@ -36,8 +36,10 @@ def test_new_run_keeps_an_existing_run_dir_instead_of_appending(tmp_path):
     from gigpo.train.trainer import Trainer
 
     configs = Path(__file__).resolve().parents[1] / "configs"
-    cfg = load_config(configs / "search_tiny.yaml", [f"output_dir={tmp_path}", "name=r", "sft.enabled=false",
-                                                      "env.eval_tasks=1", "env.train_tasks=4"])
+    cfg = load_config(
+        configs / "search_tiny.yaml",
+        [f"output_dir={tmp_path}", "name=r", "sft.enabled=false", "env.eval_tasks=1", "env.train_tasks=4"],
+    )
     old = cfg.run_dir
     old.mkdir(parents=True)
     (old / "metrics.jsonl").write_text('{"tag": "train", "iteration": 1}\n')

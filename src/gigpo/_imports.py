@@ -19,13 +19,15 @@ def import_ref(ref: str, key: str) -> ModuleType:
     if "/" in ref or "\\" in ref or ref.endswith(".py"):
         path = Path(ref).expanduser().resolve()
         if not path.exists():
-            raise ValueError(f"{key}: {ref!r} does not exist (give a .py file, a package directory, or a "
-                             "dotted module name)")
+            raise ValueError(
+                f"{key}: {ref!r} does not exist (give a .py file, a package directory, or a dotted module name)"
+            )
         name = path.stem if path.suffix == ".py" else path.name
         if str(path.parent) not in sys.path:
             sys.path.insert(0, str(path.parent))
     try:
         return importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 -- any import failure gets the same actionable message
-        raise ValueError(f"{key}: cannot import {name!r} ({type(e).__name__}: {e}); put its directory on "
-                         "PYTHONPATH or give its path") from e
+        raise ValueError(
+            f"{key}: cannot import {name!r} ({type(e).__name__}: {e}); put its directory on PYTHONPATH or give its path"
+        ) from e

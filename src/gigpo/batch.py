@@ -40,12 +40,29 @@ from typing import Any
 import numpy as np
 
 ROW_FIELDS = (
-    "episode_id", "traj_id", "step", "anchor", "reward", "done", "valid",
-    "prompt_ids", "response_ids", "logprobs", "action", "response_text", "observation",
+    "episode_id",
+    "traj_id",
+    "step",
+    "anchor",
+    "reward",
+    "done",
+    "valid",
+    "prompt_ids",
+    "response_ids",
+    "logprobs",
+    "action",
+    "response_text",
+    "observation",
 )
 TRAJ_FIELDS = (
-    "traj_episode_id", "traj_task_id", "traj_task_type", "traj_won", "traj_score",
-    "traj_length", "traj_failed", "traj_truncated",
+    "traj_episode_id",
+    "traj_task_id",
+    "traj_task_type",
+    "traj_won",
+    "traj_score",
+    "traj_length",
+    "traj_failed",
+    "traj_truncated",
 )
 
 
@@ -180,9 +197,11 @@ def concat_batches(batches) -> StepBatch:
             continue
         else:
             vals = [getattr(b, f.name) for b in batches]
-            kw[f.name] = ([x for v in vals for x in v] if isinstance(vals[0], list)
-                          else (_obj([x for v in vals for x in v]) if vals[0].dtype == object
-                                else np.concatenate(vals)))
+            kw[f.name] = (
+                [x for v in vals for x in v]
+                if isinstance(vals[0], list)
+                else (_obj([x for v in vals for x in v]) if vals[0].dtype == object else np.concatenate(vals))
+            )
     if any(b.allowed is not None for b in batches):
         kw["allowed"] = [x for b in batches for x in (b.allowed if b.allowed is not None else [None] * b.num_rows)]
     meta = dict(batches[0].meta)
@@ -190,7 +209,8 @@ def concat_batches(batches) -> StepBatch:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "group_size":
             meta[k] = sum(b.meta.get(k, 0) for b in batches)
     if any(b.meta.get("traj_tool_calls") is not None for b in batches):
-        meta["traj_tool_calls"] = [c for b in batches
-                                   for c in (b.meta.get("traj_tool_calls") or [0] * b.num_trajectories)]
+        meta["traj_tool_calls"] = [
+            c for b in batches for c in (b.meta.get("traj_tool_calls") or [0] * b.num_trajectories)
+        ]
     kw["meta"] = meta
     return StepBatch(**kw)

@@ -34,9 +34,12 @@ _RUN_DIR: list[Path] = []
 def _parser(cmd: str, desc: str) -> argparse.ArgumentParser:
     from gigpo.train.config import help_text
 
-    p = argparse.ArgumentParser(prog=f"gigpo {cmd}", description=desc,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="config keys (set with key=value):\n" + help_text())
+    p = argparse.ArgumentParser(
+        prog=f"gigpo {cmd}",
+        description=desc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config keys (set with key=value):\n" + help_text(),
+    )
     p.add_argument("--config", help="YAML config file (see configs/)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     return p
@@ -57,11 +60,19 @@ def _threads(cfg) -> None:
 
 def cmd_train(argv) -> int:
     p = _parser("train", "Train a policy with GiGPO (or GRPO/RLOO) on a text environment.")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint "
-                   "(its config is used; key=value overrides still apply, except to run-defining keys)")
-    p.add_argument("--force", action="store_true", help="with --resume: allow changing run-defining keys "
-                   "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
-                   "RUN_DIR/config_changes.jsonl")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its last checkpoint "
+        "(its config is used; key=value overrides still apply, except to run-defining keys)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: allow changing run-defining keys "
+        "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
+        "RUN_DIR/config_changes.jsonl",
+    )
     args = p.parse_args(argv)
     if args.force and not args.resume:
         raise UsageError("--force only applies with --resume RUN_DIR")
@@ -90,10 +101,14 @@ def cmd_train(argv) -> int:
         from gigpo.train.checkpoint import latest_checkpoint
 
         ck = latest_checkpoint(cfg.run_dir)
-        saved = (f" (last checkpoint: {ck.name})"
-                 if ck is not None and ck.name != f"iter_{trainer.iteration:06d}" else "")
-        print(f"\ngigpo: stopped at iteration {trainer.iteration}{saved}; resume with: gigpo train --resume "
-              f"{cfg.run_dir}", file=sys.stderr)
+        saved = (
+            f" (last checkpoint: {ck.name})" if ck is not None and ck.name != f"iter_{trainer.iteration:06d}" else ""
+        )
+        print(
+            f"\ngigpo: stopped at iteration {trainer.iteration}{saved}; resume with: gigpo train --resume "
+            f"{cfg.run_dir}",
+            file=sys.stderr,
+        )
         return 130
     finally:
         trainer.close()
@@ -138,12 +153,14 @@ COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sft": cmd_sft}
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    usage = ("usage: gigpo {train,eval,sft,report} ...\n"
-             "  train   train a policy (GiGPO / GRPO / RLOO)\n"
-             "  eval    evaluate a model on held-out tasks\n"
-             "  sft     supervised warm start on expert demonstrations\n"
-             "  report  summarise a run directory\n"
-             "Run 'gigpo <command> --help' for options.")
+    usage = (
+        "usage: gigpo {train,eval,sft,report} ...\n"
+        "  train   train a policy (GiGPO / GRPO / RLOO)\n"
+        "  eval    evaluate a model on held-out tasks\n"
+        "  sft     supervised warm start on expert demonstrations\n"
+        "  report  summarise a run directory\n"
+        "Run 'gigpo <command> --help' for options."
+    )
     if not argv:
         print(usage, file=sys.stderr)
         return 2
@@ -161,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         import difflib
 
         close = difflib.get_close_matches(cmd, [*COMMANDS, "report"], n=1)
-        print(f"gigpo: unknown command {cmd!r}." + (f" Did you mean {close[0]!r}?" if close else "") + "\n" + usage,
-              file=sys.stderr)
+        print(
+            f"gigpo: unknown command {cmd!r}." + (f" Did you mean {close[0]!r}?" if close else "") + "\n" + usage,
+            file=sys.stderr,
+        )
         return 2
     if os.environ.get("GIGPO_TRACEBACK"):
         return COMMANDS[cmd](rest) or 0
@@ -203,8 +222,10 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         return 1, f"disk full while writing {e.filename or 'the run'}: free some space{resume}"
     if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         what = "read-only file system" if e.errno == errno.EROFS else "permission denied"
-        return 1, (f"cannot write {e.filename or 'the output'} ({what}): choose a writable output_dir=... "
-                   "(or fix the permissions)")
+        return 1, (
+            f"cannot write {e.filename or 'the output'} ({what}): choose a writable output_dir=... "
+            "(or fix the permissions)"
+        )
     if isinstance(e, FileNotFoundError):
         return 2, str(e)
     raise e

@@ -21,7 +21,20 @@ from .returns import apply_invalid_action_penalty, discounted_returns, episode_s
 from .stats import step_group_stats
 
 __all__ = [
-    "AdvantageResult", "ESTIMATORS", "NORM_MODES", "apply_invalid_action_penalty", "compute_advantages",
-    "discounted_returns", "episode_scores", "estimator_options", "exact_step_groups", "gigpo", "grpo",
-    "hashable_anchor", "register", "rloo", "similarity_step_groups", "step_group_stats",
+    "AdvantageResult",
+    "ESTIMATORS",
+    "NORM_MODES",
+    "apply_invalid_action_penalty",
+    "compute_advantages",
+    "discounted_returns",
+    "episode_scores",
+    "estimator_options",
+    "exact_step_groups",
+    "gigpo",
+    "grpo",
+    "hashable_anchor",
+    "register",
+    "rloo",
+    "similarity_step_groups",
+    "step_group_stats",
 ]

@@ -10,6 +10,7 @@ import numpy as np
 
 NORM_MODES = ("mean_norm", "mean_std_norm")
 
+
 def as_float(values, name: str, n: int | None = None) -> np.ndarray:
     """``values`` as a finite 1-D float64 array of length ``n`` (when given), else ValueError."""
     try:
@@ -68,8 +69,7 @@ def as_codes(ids, name: str, n: int, dense: bool = True) -> np.ndarray:
 
 def check_mode(mode: str) -> None:
     if mode not in NORM_MODES:
-        raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm' (docs/algorithm.md#normalisation), "
-                         f"got {mode!r}")
+        raise ValueError(f"mode must be 'mean_norm' or 'mean_std_norm' (docs/algorithm.md#normalisation), got {mode!r}")
 
 
 def check_epsilon(epsilon: float) -> None:

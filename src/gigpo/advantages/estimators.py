@@ -76,8 +76,18 @@ def step_advantage(step_returns, groups, mode: str, epsilon: float) -> np.ndarra
     return _normalise(step_returns, count, mean, std, mode, epsilon)
 
 
-def gigpo(scores, step_returns, episode_ids, anchors, *, mode: str = "mean_norm", step_weight: float = 1.0,
-          similarity_threshold: float | None = None, epsilon: float = 1e-6, anchor_key=None) -> AdvantageResult:
+def gigpo(
+    scores,
+    step_returns,
+    episode_ids,
+    anchors,
+    *,
+    mode: str = "mean_norm",
+    step_weight: float = 1.0,
+    similarity_threshold: float | None = None,
+    epsilon: float = 1e-6,
+    anchor_key=None,
+) -> AdvantageResult:
     """GiGPO advantages A = A^E + step_weight * A^S (paper Eq. 8, docs/algorithm.md#combined-advantage).
 
     scores        float [N]  episode score of each row's trajectory, after the invalid-action
@@ -128,13 +138,16 @@ def _trajectory_scores(s: np.ndarray, ep: np.ndarray, traj_ids, n: int):
     uniq, first = np.unique(tr, return_index=True)
     if n and (ep[first][tr] != ep).any():
         row = int(np.flatnonzero(ep[first][tr] != ep)[0])
-        raise ValueError(f"traj_ids: row {row}'s trajectory also appears under another episode id; "
-                         "a trajectory must belong to one episode group")
+        raise ValueError(
+            f"traj_ids: row {row}'s trajectory also appears under another episode id; "
+            "a trajectory must belong to one episode group"
+        )
     return tr, first
 
 
-def grpo(scores, episode_ids, traj_ids=None, *, mode: str = "mean_std_norm", epsilon: float = 1e-6,
-         cross_steps: bool = True) -> AdvantageResult:
+def grpo(
+    scores, episode_ids, traj_ids=None, *, mode: str = "mean_std_norm", epsilon: float = 1e-6, cross_steps: bool = True
+) -> AdvantageResult:
     """GRPO: each row's score normalised by its episode group's statistics.
 
     scores float [N] (episode score per row, after any penalty), episode_ids any [N],
@@ -188,8 +201,12 @@ def rloo(scores, episode_ids, traj_ids) -> AdvantageResult:
 
 def _no_steps(adv: np.ndarray, n: int) -> AdvantageResult:
     adv = adv.astype(np.float32)
-    return AdvantageResult(advantages=adv, episode_advantages=adv.copy(),
-                           step_advantages=np.zeros(n, np.float32), step_groups=np.full(n, -1, np.int64))
+    return AdvantageResult(
+        advantages=adv,
+        episode_advantages=adv.copy(),
+        step_advantages=np.zeros(n, np.float32),
+        step_groups=np.full(n, -1, np.int64),
+    )
 
 
 __all__ = ["AdvantageResult", "gigpo", "grpo", "rloo", "first_appearance_labels"]

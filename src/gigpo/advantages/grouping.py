@@ -59,8 +59,9 @@ def _anchor_codes(anchors, n: int, anchor_key) -> np.ndarray:
         return first_rows(keys)
     except TypeError:
         bad = next(k for k in keys if not _is_hashable(k))
-        raise TypeError(f"anchors: anchor_key returned an unhashable {type(bad).__name__}; "
-                        "return a hashable key") from None
+        raise TypeError(
+            f"anchors: anchor_key returned an unhashable {type(bad).__name__}; return a hashable key"
+        ) from None
 
 
 def first_rows(keys: list) -> np.ndarray:

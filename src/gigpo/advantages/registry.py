@@ -50,8 +50,9 @@ def _lookup(name: str):
     return ESTIMATORS[name]
 
 
-def compute_advantages(name: str, *, scores, step_returns=None, episode_ids, traj_ids=None, anchors=None,
-                       **options) -> AdvantageResult:
+def compute_advantages(
+    name: str, *, scores, step_returns=None, episode_ids, traj_ids=None, anchors=None, **options
+) -> AdvantageResult:
     """Run estimator ``name`` on row arrays (all length N; see ``gigpo`` for their meaning).
 
     scores float [N], step_returns float [N], episode_ids/traj_ids any [N], anchors [N].
@@ -62,10 +63,12 @@ def compute_advantages(name: str, *, scores, step_returns=None, episode_ids, tra
     allowed = estimator_options(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
-        raise ValueError(f"estimator {name!r} does not accept option(s) {unknown}; "
-                         f"it accepts {sorted(allowed) or 'no options'}")
-    return fn(scores=scores, step_returns=step_returns, episode_ids=episode_ids, traj_ids=traj_ids,
-              anchors=anchors, **options)
+        raise ValueError(
+            f"estimator {name!r} does not accept option(s) {unknown}; it accepts {sorted(allowed) or 'no options'}"
+        )
+    return fn(
+        scores=scores, step_returns=step_returns, episode_ids=episode_ids, traj_ids=traj_ids, anchors=anchors, **options
+    )
 
 
 def _need(value, what: str, name: str):
@@ -75,29 +78,85 @@ def _need(value, what: str, name: str):
 
 
 @register("gigpo")
-def _gigpo(*, scores, step_returns, episode_ids, traj_ids, anchors, mode="mean_norm", step_weight=1.0,
-           similarity_threshold=None, epsilon=1e-6, anchor_key=None):
-    return gigpo(scores, _need(step_returns, "step_returns", "gigpo"), episode_ids, _need(anchors, "anchors", "gigpo"),
-                 mode=mode, step_weight=step_weight, similarity_threshold=similarity_threshold,
-                 epsilon=epsilon, anchor_key=anchor_key)
+def _gigpo(
+    *,
+    scores,
+    step_returns,
+    episode_ids,
+    traj_ids,
+    anchors,
+    mode="mean_norm",
+    step_weight=1.0,
+    similarity_threshold=None,
+    epsilon=1e-6,
+    anchor_key=None,
+):
+    return gigpo(
+        scores,
+        _need(step_returns, "step_returns", "gigpo"),
+        episode_ids,
+        _need(anchors, "anchors", "gigpo"),
+        mode=mode,
+        step_weight=step_weight,
+        similarity_threshold=similarity_threshold,
+        epsilon=epsilon,
+        anchor_key=anchor_key,
+    )
 
 
 @register("gigpo_no_step")
-def _gigpo_no_step(*, scores, step_returns, episode_ids, traj_ids, anchors, mode="mean_norm",
-                   similarity_threshold=None, epsilon=1e-6, anchor_key=None):
+def _gigpo_no_step(
+    *,
+    scores,
+    step_returns,
+    episode_ids,
+    traj_ids,
+    anchors,
+    mode="mean_norm",
+    similarity_threshold=None,
+    epsilon=1e-6,
+    anchor_key=None,
+):
     """Paper ablation: A^E only (step_weight 0). Step groups are still formed, for diagnostics."""
-    return gigpo(scores, _need(step_returns, "step_returns", "gigpo_no_step"), episode_ids,
-                 _need(anchors, "anchors", "gigpo_no_step"), mode=mode, step_weight=0.0,
-                 similarity_threshold=similarity_threshold, epsilon=epsilon, anchor_key=anchor_key)
+    return gigpo(
+        scores,
+        _need(step_returns, "step_returns", "gigpo_no_step"),
+        episode_ids,
+        _need(anchors, "anchors", "gigpo_no_step"),
+        mode=mode,
+        step_weight=0.0,
+        similarity_threshold=similarity_threshold,
+        epsilon=epsilon,
+        anchor_key=anchor_key,
+    )
 
 
 @register("gigpo_no_episode")
-def _gigpo_no_episode(*, scores, step_returns, episode_ids, traj_ids, anchors, mode="mean_norm", step_weight=1.0,
-                      similarity_threshold=None, epsilon=1e-6, anchor_key=None):
+def _gigpo_no_episode(
+    *,
+    scores,
+    step_returns,
+    episode_ids,
+    traj_ids,
+    anchors,
+    mode="mean_norm",
+    step_weight=1.0,
+    similarity_threshold=None,
+    epsilon=1e-6,
+    anchor_key=None,
+):
     """Paper ablation: A^S only (advantages = step_weight * A^S); A^E is still reported."""
-    res = gigpo(scores, _need(step_returns, "step_returns", "gigpo_no_episode"), episode_ids,
-                _need(anchors, "anchors", "gigpo_no_episode"), mode=mode, step_weight=step_weight,
-                similarity_threshold=similarity_threshold, epsilon=epsilon, anchor_key=anchor_key)
+    res = gigpo(
+        scores,
+        _need(step_returns, "step_returns", "gigpo_no_episode"),
+        episode_ids,
+        _need(anchors, "anchors", "gigpo_no_episode"),
+        mode=mode,
+        step_weight=step_weight,
+        similarity_threshold=similarity_threshold,
+        epsilon=epsilon,
+        anchor_key=anchor_key,
+    )
     adv = (np.float64(step_weight) * res.step_advantages.astype(np.float64)).astype(np.float32)
     return AdvantageResult(adv, res.episode_advantages, res.step_advantages, res.step_groups)
 

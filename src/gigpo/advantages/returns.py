@@ -64,7 +64,7 @@ def discounted_returns(rewards, traj_ids, gamma: float) -> np.ndarray:
         by_pos = np.argsort(pos, kind="stable")
         bounds = np.searchsorted(pos[by_pos], np.arange(pos.max() + 2))
         for t in range(pos.max(), -1, -1):
-            sel = by_pos[bounds[t]:bounds[t + 1]]
+            sel = by_pos[bounds[t] : bounds[t + 1]]
             nxt = np.where(is_last[sel], 0.0, out[np.minimum(sel + 1, n)])
             out[sel] = r_sorted[sel] + gamma * nxt
     result = np.empty(n, np.float32)

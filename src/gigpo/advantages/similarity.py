@@ -91,8 +91,9 @@ class _Group:
             cand = (np.flatnonzero(need <= np.minimum(la, lb)) + start).tolist()
         else:
             need_of = self.need_list
-            cand = [c for c, lb in enumerate(self.rep_len[start:k].tolist(), start)
-                    if need_of[la + lb] <= min(la, lb)]  # real_quick_ratio bound
+            cand = [
+                c for c, lb in enumerate(self.rep_len[start:k].tolist(), start) if need_of[la + lb] <= min(la, lb)
+            ]  # real_quick_ratio bound
         for c in cand:
             b = self.strings[self.reps[c]]
             need = self.need_list[la + len(b)]
@@ -157,8 +158,10 @@ def similarity_step_groups(episode_codes: np.ndarray, anchors, thresh: float) ->
     if not set(map(type, items)) <= {str}:
         bad = next((i for i, a in enumerate(items) if not isinstance(a, str)), None)
         if bad is not None:
-            raise ValueError(f"anchors[{bad}] is a {type(items[bad]).__name__}; similarity grouping needs str "
-                             "anchors (use similarity_threshold=None for exact grouping of other types)")
+            raise ValueError(
+                f"anchors[{bad}] is a {type(items[bad]).__name__}; similarity grouping needs str "
+                "anchors (use similarity_threshold=None for exact grouping of other types)"
+            )
         items = [str(a) for a in items]  # str subclasses (e.g. numpy.str_): same text, same ratios
     if n == 0:
         return np.zeros(0, np.int64)

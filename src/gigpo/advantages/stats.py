@@ -32,8 +32,9 @@ def step_group_stats(step_groups, episode_ids=None) -> dict:
     if episode_ids is not None:
         ep = np.asarray(episode_ids)
         if ep.shape != labels.shape:
-            raise ValueError(f"episode_ids has shape {ep.shape} but step_groups has {labels.shape}; "
-                             "pass row-aligned arrays")
+            raise ValueError(
+                f"episode_ids has shape {ep.shape} but step_groups has {labels.shape}; pass row-aligned arrays"
+            )
         n_ep = len(set(ep[keep].tolist()))
         out["num_episode_groups"] = n_ep
         out["groups_per_episode_group"] = float(len(sizes) / n_ep) if n_ep else 0.0

@@ -11,6 +11,16 @@ from gigpo.agent.parsing import FALLBACK_TAIL, ParsedAction, parse_action, parse
 from gigpo.agent.prompts import DEFAULT_HISTORY, render_prompt
 
 __all__ = [
-    "Agent", "DEFAULT_HISTORY", "FALLBACK_TAIL", "History", "Memory", "ParsedAction", "Prompt",
-    "format_expert_response", "parse_action", "parse_search_action", "parse_tagged_action", "render_prompt",
+    "Agent",
+    "DEFAULT_HISTORY",
+    "FALLBACK_TAIL",
+    "History",
+    "Memory",
+    "ParsedAction",
+    "Prompt",
+    "format_expert_response",
+    "parse_action",
+    "parse_search_action",
+    "parse_tagged_action",
+    "render_prompt",
 ]

@@ -55,9 +55,16 @@ class Agent:
             the reference prompt).
     """
 
-    def __init__(self, family: str, tokenizer, *, history_length: int | None = None,
-                 max_prompt_tokens: int = 2048, constrain_actions: bool = False,
-                 repeat_task: bool = False) -> None:
+    def __init__(
+        self,
+        family: str,
+        tokenizer,
+        *,
+        history_length: int | None = None,
+        max_prompt_tokens: int = 2048,
+        constrain_actions: bool = False,
+        repeat_task: bool = False,
+    ) -> None:
         try:
             self.spec = get_family(family)
         except ValueError as e:
@@ -106,12 +113,20 @@ class Agent:
                 K are shown (fewer when the prompt would overflow).
             step: steps taken so far. admissible_actions: listed in the prompt when given.
         """
-        shown = list(history[-self.history_length:]) if self.history_length else []
+        shown = list(history[-self.history_length :]) if self.history_length else []
 
         def render(hist, obs):
-            return self._encode(render_prompt(self.spec, task, obs, history=hist, step=step,
-                                              admissible_actions=admissible_actions,
-                                              repeat_task=self.repeat_task))
+            return self._encode(
+                render_prompt(
+                    self.spec,
+                    task,
+                    obs,
+                    history=hist,
+                    step=step,
+                    admissible_actions=admissible_actions,
+                    repeat_task=self.repeat_task,
+                )
+            )
 
         limit = self.max_prompt_tokens
         text, ids = render(shown, observation)
@@ -127,7 +142,7 @@ class Agent:
         best = render(shown, _ELLIPSIS)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            cand = render(shown, _ELLIPSIS + observation[len(observation) - mid:])
+            cand = render(shown, _ELLIPSIS + observation[len(observation) - mid :])
             if len(cand[1]) <= limit:
                 lo, best = mid, cand
             else:
@@ -138,7 +153,7 @@ class Agent:
         # 3) the task text alone is too long: keep the head (template start) and the tail
         # (format instruction + generation prompt) of the ids.
         head = limit // 4
-        ids = ids[:head] + ids[len(ids) - (limit - head):]
+        ids = ids[:head] + ids[len(ids) - (limit - head) :]
         text = self.tokenizer.decode(ids)
         return Prompt(ids, text, history_dropped=dropped, observation_truncated=True, hard_truncated=True)
 

@@ -69,7 +69,7 @@ def first_block(text: str, open_tag: re.Pattern, close_tag: re.Pattern) -> str |
     if m is None:
         return None
     end = close_tag.search(text, m.end())
-    return None if end is None else text[m.end():end.start()]
+    return None if end is None else text[m.end() : end.start()]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def parse_tagged_action(text: str, tail_chars: int) -> ParsedAction:
     if start == -1 or end == -1:
         return ParsedAction(lowered[-tail_chars:] if tail_chars > 0 else "", False, "none")
     # Same slicing as the reference: an </action> before <action> yields "" (still "valid").
-    action = lowered[start + len("<action>"):end].strip()
+    action = lowered[start + len("<action>") : end].strip()
     valid = "<think>" in text and "</think>" in text and not _CJK.search(text)
     return ParsedAction(action, valid, "action")
 

@@ -16,8 +16,6 @@ from gigpo.envs.spec import FamilySpec, families, get_family
 from gigpo.text import clean_text  # noqa: F401 - re-exported: part of gigpo.agent.prompts' API
 
 
-
-
 class _DefaultHistory(Mapping):
     """``family -> default history length K`` (``FamilySpec.default_history``), read from the registry."""
 

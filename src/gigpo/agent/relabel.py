@@ -19,10 +19,14 @@ from typing import Sequence
 
 # "put a clean apple in fridge", "put some knife on countertop"; "heat some egg and put it in
 # diningtable" names its object first (OBJ_FIRST, tried before PUT, which would take "it").
-PUT = re.compile(r"put (?:a |an |some |the |two )?(?:(?:clean|hot|cool|heated|cooled|cleaned) )?"
-                 r"(?P<obj>\w+) (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)")
-OBJ_FIRST = re.compile(r"(?:clean|heat|cool|examine|look at) (?:a |an |some |the )?(?P<obj>\w+) and put it "
-                       r"(?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)")
+PUT = re.compile(
+    r"put (?:a |an |some |the |two )?(?:(?:clean|hot|cool|heated|cooled|cleaned) )?"
+    r"(?P<obj>\w+) (?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"
+)
+OBJ_FIRST = re.compile(
+    r"(?:clean|heat|cool|examine|look at) (?:a |an |some |the )?(?P<obj>\w+) and put it "
+    r"(?:in|on|in/on) (?:a |an |the )?(?P<rec>\w+)"
+)
 TAKE = re.compile(r"^take (?P<obj>\w+) (?P<n>\d+) from (?P<src>.+)$")
 GOTO = re.compile(r"^go to (?P<rec>\w+) (?P<n>\d+)$")
 
@@ -33,7 +37,7 @@ def task_words(task: str) -> re.Match | None:
 
 
 def _swap(task: str, m: re.Match, group: str, word: str) -> str:
-    return task[: m.start(group)] + word + task[m.end(group):]
+    return task[: m.start(group)] + word + task[m.end(group) :]
 
 
 def relabel_step(task: str, action: str, admissible: Sequence[str], holding: bool, limit: int) -> list[tuple[str, str]]:

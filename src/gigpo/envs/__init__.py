@@ -68,5 +68,17 @@ def make_tasks(family: str, split: str, n: int | None = None, seed: int = 0, **k
     return family_module(family).make_tasks(split, n=n, seed=seed, **kwargs)
 
 
-__all__ = ["FAMILIES", "SPLITS", "FamilySpec", "Task", "TextEnv", "families", "family_module", "get_family",
-           "load_family_module", "make_env", "make_tasks", "register_family"]
+__all__ = [
+    "FAMILIES",
+    "SPLITS",
+    "FamilySpec",
+    "Task",
+    "TextEnv",
+    "families",
+    "family_module",
+    "get_family",
+    "load_family_module",
+    "make_env",
+    "make_tasks",
+    "register_family",
+]

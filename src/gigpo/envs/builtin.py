@@ -121,6 +121,7 @@ SEARCH = FamilySpec(
     engines=("bm25s",),
 )
 
+
 def sokoban_reason(action: str) -> str:
     """The Sokoban family's ``FamilySpec.expert_reason`` (the expert follows a shortest solution)."""
     return f"Moving {action} keeps me on a shortest way to push every box onto a target without cornering one."

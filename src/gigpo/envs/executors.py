@@ -158,8 +158,7 @@ class ThreadExecutor:
             now = time.monotonic()
             for slot, (t0, thread) in list(started.items()):
                 if slot not in results and now - t0 > timeout:
-                    results[slot] = ("err", f"{cmd} of slot {slot} timed out after {timeout:g} s "
-                                                   "(env abandoned)")
+                    results[slot] = ("err", f"{cmd} of slot {slot} timed out after {timeout:g} s (env abandoned)")
                     # The thread stays blocked in the env; drop the env, retire the thread, and
                     # start a replacement so the pool keeps its size.
                     self._envs.pop(slot, None)
@@ -223,8 +222,9 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         # A spawned child (and the fork server, started on first use) inherits os.environ.
         with _environ(_ONE_THREAD_ENV):
-            self.proc = ctx.Process(target=_worker_main, args=(child, factory), daemon=False,
-                                    name=f"gigpo-env-worker-{index}")
+            self.proc = ctx.Process(
+                target=_worker_main, args=(child, factory), daemon=False, name=f"gigpo-env-worker-{index}"
+            )
             self.proc.start()
         child.close()
         self.ready = False
@@ -278,15 +278,17 @@ def _shutdown(workers: list[_Worker]) -> None:
 class ProcessExecutor:
     """Worker processes owning envs; slot ``s`` lives in worker ``s % num_workers``."""
 
-    def __init__(self, factory: Callable[[], Any], num_workers: int, boot_timeout: float = 300.0,
-                 preload: Sequence[str] = ()):
+    def __init__(
+        self, factory: Callable[[], Any], num_workers: int, boot_timeout: float = 300.0, preload: Sequence[str] = ()
+    ):
         try:
             pickle.dumps(factory)
         except Exception as exc:
             raise ValueError(
                 "executor='process' sends env_factory to worker processes, so it must be picklable: "
                 "use a module-level function or functools.partial of one, not a lambda or closure "
-                f"({_describe(exc)})") from exc
+                f"({_describe(exc)})"
+            ) from exc
         self._factory = factory
         # fork would copy the parent's threads and torch state. forkserver forks workers from a
         # clean server process that imported ``preload`` (e.g. the family module) once, so a worker
@@ -331,7 +333,8 @@ class ProcessExecutor:
                     except (EOFError, OSError) as exc:
                         raise RuntimeError(
                             f"env worker {w.index} died while starting ({_exit_reason(w.proc)}); "
-                            "check that the env factory can be imported in a fresh process") from exc
+                            "check that the env factory can be imported in a fresh process"
+                        ) from exc
                     w.ready = tag == "ready"
                 elif not w.proc.is_alive():
                     raise RuntimeError(f"env worker {w.index} died while starting ({_exit_reason(w.proc)})")
@@ -345,8 +348,7 @@ class ProcessExecutor:
         def fail_worker(w: _Worker, why: str, current: int | None) -> None:
             """Record the loss of worker ``w`` (its current job gets ``why``) and restart it."""
             for s in pending.pop(w.index, ()):
-                results[s] = ("err", why if s == current else
-                              f"env lost: worker {w.index} restarted because {why}")
+                results[s] = ("err", why if s == current else f"env lost: worker {w.index} restarted because {why}")
             for s in w.owned:
                 if s != current:
                     lost[s] = f"env lost: worker {w.index} restarted because {why}"
@@ -410,11 +412,15 @@ class ProcessExecutor:
                     continue
                 current = pending[i][0]
                 if not w.proc.is_alive():
-                    fail_worker(w, f"worker {i} (pid {w.pid}) died during {cmd} of slot {current} "
-                                   f"({_exit_reason(w.proc)})", current)
+                    fail_worker(
+                        w,
+                        f"worker {i} (pid {w.pid}) died during {cmd} of slot {current} ({_exit_reason(w.proc)})",
+                        current,
+                    )
                 elif timeout is not None and time.monotonic() - started[i] > timeout:
-                    fail_worker(w, f"{cmd} of slot {current} timed out after {timeout:g} s "
-                                   f"(worker {i} killed)", current)
+                    fail_worker(
+                        w, f"{cmd} of slot {current} timed out after {timeout:g} s (worker {i} killed)", current
+                    )
         return results, lost
 
     def close(self) -> None:

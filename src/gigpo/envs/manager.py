@@ -103,17 +103,28 @@ class GroupedEnvs:
             building the env on first use) before its episode is failed; thread/process only.
     """
 
-    def __init__(self, family: str | None = None, *, group_size: int, max_steps: int,
-                 env_kwargs: dict | None = None, env_factory: Callable[[], TextEnv] | None = None,
-                 executor: str = "inline", num_workers: int | None = None,
-                 step_timeout: float | None = None, reset_timeout: float | None = None):
+    def __init__(
+        self,
+        family: str | None = None,
+        *,
+        group_size: int,
+        max_steps: int,
+        env_kwargs: dict | None = None,
+        env_factory: Callable[[], TextEnv] | None = None,
+        executor: str = "inline",
+        num_workers: int | None = None,
+        step_timeout: float | None = None,
+        reset_timeout: float | None = None,
+    ):
         if (family is None) == (env_factory is None):
-            raise ValueError("give exactly one of family (e.g. 'alfworld') or env_factory (a callable "
-                             "returning a TextEnv)")
+            raise ValueError(
+                "give exactly one of family (e.g. 'alfworld') or env_factory (a callable returning a TextEnv)"
+            )
         spec = get_family(family) if family is not None else None  # unknown: ValueError with a hint
         if env_factory is not None and env_kwargs:
-            raise ValueError("env_kwargs only apply with family=...; bind options into env_factory "
-                             "instead (e.g. functools.partial)")
+            raise ValueError(
+                "env_kwargs only apply with family=...; bind options into env_factory instead (e.g. functools.partial)"
+            )
         if not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be an int >= 1, got {group_size!r}")
         if not isinstance(max_steps, int) or max_steps < 1:
@@ -123,15 +134,18 @@ class GroupedEnvs:
         _positive("step_timeout", step_timeout)
         _positive("reset_timeout", reset_timeout)
         if executor == "inline" and (step_timeout or reset_timeout):
-            raise ValueError("step_timeout/reset_timeout need executor='thread' or 'process' "
-                             "(an inline env cannot be interrupted)")
+            raise ValueError(
+                "step_timeout/reset_timeout need executor='thread' or 'process' (an inline env cannot be interrupted)"
+            )
         if num_workers is not None and (not isinstance(num_workers, int) or num_workers < 1):
             raise ValueError(f"num_workers must be an int >= 1 or None, got {num_workers!r}")
         if executor == "thread" and spec is not None:
             # The module's THREAD_SAFE attribute still counts (a module may know better than its spec).
             if not (spec.thread_safe and getattr(spec.load(), "THREAD_SAFE", True)):
-                raise ValueError(f"{family} envs are not thread-safe (FamilySpec.thread_safe or the family "
-                                 "module's THREAD_SAFE is False); use executor='process' (or 'inline')")
+                raise ValueError(
+                    f"{family} envs are not thread-safe (FamilySpec.thread_safe or the family "
+                    "module's THREAD_SAFE is False); use executor='process' (or 'inline')"
+                )
         import os
 
         self.family = family
@@ -140,8 +154,9 @@ class GroupedEnvs:
         self.executor_name = executor
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
         # By module path, so worker processes need not have the family registered.
-        factory = env_factory or functools.partial(make_env_from_module, spec.module,
-                                                   **{**spec.env_kwargs, **(env_kwargs or {})})
+        factory = env_factory or functools.partial(
+            make_env_from_module, spec.module, **{**spec.env_kwargs, **(env_kwargs or {})}
+        )
         workers = num_workers or os.cpu_count() or 1
         self.num_workers = 1 if executor == "inline" else workers  # process: at most the slot count
         if executor == "inline":
@@ -177,12 +192,10 @@ class GroupedEnvs:
             if not isinstance(t, Task):
                 raise TypeError(f"tasks[{i}] must be a gigpo.envs.Task, got {type(t).__name__}")
             if self.family is not None and t.family != self.family:
-                raise ValueError(f"tasks[{i}] is a {t.family!r} task but this manager runs "
-                                 f"{self.family!r} envs")
+                raise ValueError(f"tasks[{i}] is a {t.family!r} task but this manager runs {self.family!r} envs")
         n = self.group_size
         self._slots = [_Slot(task=tasks[i // n], group=i // n) for i in range(len(tasks) * n)]
-        results, lost = self._exec.run("reset", {i: s.task for i, s in enumerate(self._slots)},
-                                       self.reset_timeout)
+        results, lost = self._exec.run("reset", {i: s.task for i, s in enumerate(self._slots)}, self.reset_timeout)
         for i, s in enumerate(self._slots):
             kind, value = results[i]
             if kind == "ok":
@@ -205,13 +218,15 @@ class GroupedEnvs:
             ref = first.setdefault(s.group, s)
             if ref is s:
                 continue
-            if (s.observation != ref.observation
-                    or s.info.get("admissible_actions") != ref.info.get("admissible_actions")):
+            if s.observation != ref.observation or s.info.get("admissible_actions") != ref.info.get(
+                "admissible_actions"
+            ):
                 raise RuntimeError(
                     f"group {s.group} (task {s.task.task_id!r}): slot {i} reset to a different initial "
                     "observation or admissible actions than the group's first slot; GiGPO needs "
                     "identical initial states per group, so the env's reset(task) must be "
-                    "deterministic in the task (see GiGPO issue #82)")
+                    "deterministic in the task (see GiGPO issue #82)"
+                )
 
     def active(self) -> list[int]:
         """Slots still running, ascending."""
@@ -258,8 +273,7 @@ class GroupedEnvs:
                 s.done = s.truncated = True
             if slot in lost:
                 s.fail(lost[slot])
-            out[slot] = Transition(obs, float(reward), s.done, s.info, failed=s.failed,
-                                   truncated=s.truncated)
+            out[slot] = Transition(obs, float(reward), s.done, s.info, failed=s.failed, truncated=s.truncated)
         for slot, why in lost.items():
             if slot < len(self._slots) and slot not in actions and not self._slots[slot].done:
                 self._slots[slot].fail(why)
@@ -288,11 +302,23 @@ class GroupedEnvs:
 
     def results(self) -> list[EpisodeResult]:
         """One EpisodeResult per slot of the current batch (wins, scores, steps for metrics)."""
-        return [EpisodeResult(slot=i, group=s.group, task=s.task, steps=s.steps, won=s.won,
-                              score=s.score, task_type=s.task.task_type or str(s.info.get("task_type", "")),
-                              total_reward=s.total_reward, done=s.done, failed=s.failed,
-                              truncated=s.truncated, error=s.error)
-                for i, s in enumerate(self._slots)]
+        return [
+            EpisodeResult(
+                slot=i,
+                group=s.group,
+                task=s.task,
+                steps=s.steps,
+                won=s.won,
+                score=s.score,
+                task_type=s.task.task_type or str(s.info.get("task_type", "")),
+                total_reward=s.total_reward,
+                done=s.done,
+                failed=s.failed,
+                truncated=s.truncated,
+                error=s.error,
+            )
+            for i, s in enumerate(self._slots)
+        ]
 
     # ------------------------------------------------------------------------------------ helpers
     @staticmethod
@@ -302,9 +328,11 @@ class GroupedEnvs:
 
     def _slot(self, slot: int) -> _Slot:
         if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < len(self._slots):
-            raise ValueError(f"slot {slot!r} is out of range: this batch has {len(self._slots)} slots "
-                             "(call reset(tasks) first)" if not self._slots else
-                             f"slot {slot!r} is out of range 0..{len(self._slots) - 1}")
+            raise ValueError(
+                f"slot {slot!r} is out of range: this batch has {len(self._slots)} slots (call reset(tasks) first)"
+                if not self._slots
+                else f"slot {slot!r} is out of range 0..{len(self._slots) - 1}"
+            )
         return self._slots[slot]
 
     def _check_open(self) -> None:

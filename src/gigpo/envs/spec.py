@@ -89,11 +89,14 @@ class FamilySpec:
     def __post_init__(self) -> None:
         where = f"FamilySpec({self.name!r})"
         if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise ValueError(f"FamilySpec.name must be an identifier-like string (letters, digits, _), "
-                             f"got {self.name!r}")
+            raise ValueError(
+                f"FamilySpec.name must be an identifier-like string (letters, digits, _), got {self.name!r}"
+            )
         if not isinstance(self.module, str) or not self.module:
-            raise ValueError(f"{where}.module must be the dotted path of the module providing make_env/"
-                             f"make_tasks, got {self.module!r}")
+            raise ValueError(
+                f"{where}.module must be the dotted path of the module providing make_env/"
+                f"make_tasks, got {self.module!r}"
+            )
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"{where}.prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
         if self.action_syntax not in ACTION_SYNTAXES:
@@ -125,8 +128,9 @@ def register_family(spec: FamilySpec) -> FamilySpec:
         _load_builtins()
         old = _REGISTRY.get(spec.name)
         if old is not None and old is not spec:
-            raise ValueError(f"env family {spec.name!r} is already registered (module {old.module!r}); "
-                             "pick another name")
+            raise ValueError(
+                f"env family {spec.name!r} is already registered (module {old.module!r}); pick another name"
+            )
         _REGISTRY[spec.name] = spec
     return spec
 
@@ -137,9 +141,11 @@ def get_family(name: str) -> FamilySpec:
     if spec is None:
         close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
-                         f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
-                         "or the config key env.family_module (docs/extending.md)")
+        raise ValueError(
+            f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
+            f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
+            "or the config key env.family_module (docs/extending.md)"
+        )
     return spec
 
 
@@ -185,8 +191,10 @@ def load_family_module(ref: str) -> list[FamilySpec]:
     specs = list(got) if isinstance(got, (list, tuple)) else [got]
     for s in specs:
         if not isinstance(s, FamilySpec):
-            raise ValueError(f"env.family_module: {name}.FAMILY_SPEC must be a FamilySpec (or a list of "
-                             f"them), got {type(s).__name__}")
+            raise ValueError(
+                f"env.family_module: {name}.FAMILY_SPEC must be a FamilySpec (or a list of "
+                f"them), got {type(s).__name__}"
+            )
         register_family(s)
     return specs
 
@@ -209,14 +217,20 @@ def _load_entry_points() -> None:
             obj = ep.load()
             spec = obj if isinstance(obj, FamilySpec) else obj()
         except Exception as e:  # noqa: BLE001 -- name the broken plugin, whatever it raised
-            raise ValueError(f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) failed to "
-                             f"load: {type(e).__name__}: {e}; fix or uninstall the package providing it") from e
+            raise ValueError(
+                f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) failed to "
+                f"load: {type(e).__name__}: {e}; fix or uninstall the package providing it"
+            ) from e
         if not isinstance(spec, FamilySpec):
-            raise ValueError(f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) gave "
-                             f"{type(spec).__name__}, not a FamilySpec (or a zero-argument callable returning one)")
+            raise ValueError(
+                f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) gave "
+                f"{type(spec).__name__}, not a FamilySpec (or a zero-argument callable returning one)"
+            )
         if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
-            raise ValueError(f"entry point {ep.name!r} = {ep.value!r} registers env family {spec.name!r}, "
-                             f"which is already registered (module {_REGISTRY[spec.name].module!r})")
+            raise ValueError(
+                f"entry point {ep.name!r} = {ep.value!r} registers env family {spec.name!r}, "
+                f"which is already registered (module {_REGISTRY[spec.name].module!r})"
+            )
         _REGISTRY[spec.name] = spec
 
 

@@ -1,8 +1,8 @@
 """Models and generation through Hugging Face ``transformers``.
 
-    model, tokenizer = load_policy("tiny")          # or "smollm2-135m", a directory, a cached hub id
-    gen = HFGenerator(model, tokenizer)
-    outs = gen.generate([prompt_ids, ...], SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))
+model, tokenizer = load_policy("tiny")          # or "smollm2-135m", a directory, a cached hub id
+gen = HFGenerator(model, tokenizer)
+outs = gen.generate([prompt_ids, ...], SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))
 """
 
 from gigpo.policy.base import Generation, Generator, SamplingParams, pad_rows, token_logprobs

@@ -102,18 +102,38 @@ def token_logprobs(
     n_keep = max(hi, lo + 1) - lo
     n_keep = min(-(-n_keep // pad_multiple) * pad_multiple, T - lo)
     try:
-        out = model(input_ids=ids, attention_mask=attn, use_cache=False,
-                    logits_to_keep=torch.arange(lo, lo + n_keep, device=device))
+        out = model(
+            input_ids=ids,
+            attention_mask=attn,
+            use_cache=False,
+            logits_to_keep=torch.arange(lo, lo + n_keep, device=device),
+        )
     except TypeError:
         out = model(input_ids=ids, attention_mask=attn, use_cache=False)
     logits = out.logits  # (B, n_keep, V), or (B, T, V) from a model that ignored logits_to_keep
-    return response_logprobs(logits, ids, start, rlen, first=lo if logits.shape[1] == n_keep else 0,
-                             temperature=temperature, with_entropy=with_entropy, allowed=allowed)
+    return response_logprobs(
+        logits,
+        ids,
+        start,
+        rlen,
+        first=lo if logits.shape[1] == n_keep else 0,
+        temperature=temperature,
+        with_entropy=with_entropy,
+        allowed=allowed,
+    )
 
 
-def response_logprobs(logits: torch.Tensor, ids: torch.Tensor, start: torch.Tensor, rlen: torch.Tensor, *,
-                      first: int = 0, temperature: float = 1.0, with_entropy: bool = False,
-                      allowed: Sequence | None = None):
+def response_logprobs(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    start: torch.Tensor,
+    rlen: torch.Tensor,
+    *,
+    first: int = 0,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    allowed: Sequence | None = None,
+):
     """``token_logprobs``' result from logits already computed over ``pad_rows`` output.
 
     ``logits[:, j]`` predicts token ``first + j + 1``; ``ids, start, rlen`` are ``pad_rows``'.
@@ -123,7 +143,7 @@ def response_logprobs(logits: torch.Tensor, ids: torch.Tensor, start: torch.Tens
     device = logits.device
     Lmax = int(rlen.max()) if ids.shape[0] else 0
     pos = start[:, None] - 1 + torch.arange(Lmax)[None, :]  # (B, Lmax)
-    mask = (torch.arange(Lmax)[None, :] < rlen[:, None])
+    mask = torch.arange(Lmax)[None, :] < rlen[:, None]
     pos = torch.where(mask, pos, torch.full_like(pos, first)) - first
     pos = pos.to(device)
     sel = torch.gather(logits, 1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))  # (B, Lmax, V)

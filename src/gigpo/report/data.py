@@ -33,14 +33,14 @@ class RunData:
 
     run_dir: Path
     name: str
-    config: dict                       # nested dict from config.yaml ({} when absent)
-    train: list[dict]                  # metrics lines with tag "train", sorted by iteration
-    evals: list[dict]                  # lines whose tag starts with "eval", sorted by iteration
-    trajectories: dict[int, Path]      # iteration -> trajectories/iter_*.jsonl
+    config: dict  # nested dict from config.yaml ({} when absent)
+    train: list[dict]  # metrics lines with tag "train", sorted by iteration
+    evals: list[dict]  # lines whose tag starts with "eval", sorted by iteration
+    trajectories: dict[int, Path]  # iteration -> trajectories/iter_*.jsonl
     problems: list[str] = field(default_factory=list)  # human-readable notes on what was skipped
-    events: list[dict] = field(default_factory=list)   # lines with tag "guard" (watchdog rollbacks)
-    vals: list[dict] = field(default_factory=list)     # validation results: tag "val" lines and train
-                                                       # lines that carry val/success
+    events: list[dict] = field(default_factory=list)  # lines with tag "guard" (watchdog rollbacks)
+    vals: list[dict] = field(default_factory=list)  # validation results: tag "val" lines and train
+    # lines that carry val/success
 
     def cfg(self, dotted: str, default=None):
         """A config value by dotted key (``"env.group_size"``), or ``default`` when absent."""
@@ -107,12 +107,15 @@ def load_run(run_dir) -> RunData:
     """Read ``run_dir``; raises FileNotFoundError when it is not a run directory."""
     run = Path(run_dir)
     if not run.is_dir():
-        raise FileNotFoundError(f"run directory {str(run)!r} does not exist; pass a directory made by "
-                                "`gigpo train` (e.g. runs/alfworld_tiny)")
+        raise FileNotFoundError(
+            f"run directory {str(run)!r} does not exist; pass a directory made by "
+            "`gigpo train` (e.g. runs/alfworld_tiny)"
+        )
     has_any = (run / "config.yaml").exists() or (run / "metrics.jsonl").exists()
     if not has_any:
-        raise FileNotFoundError(f"{str(run)!r} has neither config.yaml nor metrics.jsonl; is it a run "
-                                "directory made by `gigpo train`?")
+        raise FileNotFoundError(
+            f"{str(run)!r} has neither config.yaml nor metrics.jsonl; is it a run directory made by `gigpo train`?"
+        )
     problems: list[str] = []
     config: dict = {}
     if (run / "config.yaml").exists():
@@ -145,8 +148,17 @@ def load_run(run_dir) -> RunData:
             if m:
                 trajs[int(m.group(1))] = p
     name = config.get("name") if isinstance(config.get("name"), str) else None
-    return RunData(run_dir=run, name=name or run.name, config=config, train=train, evals=evals,
-                   trajectories=dict(sorted(trajs.items())), problems=problems, events=events, vals=vals)
+    return RunData(
+        run_dir=run,
+        name=name or run.name,
+        config=config,
+        train=train,
+        evals=evals,
+        trajectories=dict(sorted(trajs.items())),
+        problems=problems,
+        events=events,
+        vals=vals,
+    )
 
 
 def read_trajectory_rows(path: Path, problems: list[str] | None = None) -> list[dict]:

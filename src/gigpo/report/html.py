@@ -30,18 +30,21 @@ def header_html(name: str, summary: list[tuple[str, str]], evals: dict, problems
     return f"""<header id="header">
 <h1>gigpo run: <span id="run-name">{esc(name)}</span></h1>
 <div class="cards">
- <div class="card"><div class="lbl">held-out success, final</div><div class="big" id="final-success">{_fmt(evals['final'])}</div></div>
+ <div class="card"><div class="lbl">held-out success, final</div><div class="big" id="final-success">{_fmt(evals["final"])}</div></div>
  <div class="card"><div class="lbl">held-out success, best</div><div class="big" id="best-success">{best}</div></div>
- <div class="card"><div class="lbl">held-out success, before training</div><div class="big">{_fmt(evals['before'])}</div></div>
+ <div class="card"><div class="lbl">held-out success, before training</div><div class="big">{_fmt(evals["before"])}</div></div>
 </div>
 <table class="cfg">{cfg}</table>
-{f'<ul class="notes">{probs}</ul>' if probs else ''}
+{f'<ul class="notes">{probs}</ul>' if probs else ""}
 </header>"""
 
 
 def panel_html(p: Panel, wide: bool = False) -> str:
-    body = (f'<img alt="{esc(p.title)}" src="data:image/png;base64,{p.png}">' if p.png
-            else f'<p class="missing">{esc(p.title)}: {esc(p.note)}</p>')
+    body = (
+        f'<img alt="{esc(p.title)}" src="data:image/png;base64,{p.png}">'
+        if p.png
+        else f'<p class="missing">{esc(p.title)}: {esc(p.note)}</p>'
+    )
     note = f'<p class="note">{esc(p.note)}</p>' if p.png and p.note else ""
     return f'<figure class="panel{" wide" if wide else ""}" id="plot-{esc(p.key)}">{body}{note}</figure>'
 
@@ -142,13 +145,16 @@ same state, different actions, compared by the step-level advantage. Invalid act
 <div id="vw-controls"><label>iteration <select id="vw-iter"></select></label>
 <label>task <select id="vw-task"></select></label><span id="vw-info"></span></div>
 <div id="vw-cols"></div>
-{f'<ul class="notes">{note}</ul>' if note else ''}
+{f'<ul class="notes">{note}</ul>' if note else ""}
 <script type="application/json" id="viewer-data">{data_json}</script>
 </section>"""
 
 
 def page(title: str, parts: list[str]) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
-            + "\n".join(parts) + f"\n<script>{JS}</script>\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>\n"
+        + "\n".join(parts)
+        + f"\n<script>{JS}</script>\n</body></html>\n"
+    )

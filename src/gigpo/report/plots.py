@@ -20,9 +20,13 @@ from gigpo.report.data import RunData, as_float, read_trajectory_rows, series
 
 # Time per phase of one iteration, in the order the trainer runs them (the paper's cost breakdown,
 # arXiv:2505.10978 s.5: GiGPO's grouping adds only the small "advantage" slice).
-PHASES = (("time/rollout", "rollout"), ("time/old_logprob", "old log-probs"),
-          ("time/ref_logprob", "reference log-probs"), ("time/advantage", "advantage"),
-          ("time/update", "update"))
+PHASES = (
+    ("time/rollout", "rollout"),
+    ("time/old_logprob", "old log-probs"),
+    ("time/ref_logprob", "reference log-probs"),
+    ("time/advantage", "advantage"),
+    ("time/update", "update"),
+)
 
 # (title, train key, held-out key, y label); either key may be None.
 CURVES = (
@@ -44,7 +48,7 @@ _HIST = re.compile(r"^step_groups/hist_(\d+)(?:-(\d+)|(\+))?$")
 class Panel:
     """One figure of the report: ``png`` (base64) or, when its data is absent, ``note``."""
 
-    key: str           # stable id, used as the HTML element id (``plot-<key>``)
+    key: str  # stable id, used as the HTML element id (``plot-<key>``)
     title: str
     png: str | None = None
     note: str | None = None
@@ -89,8 +93,16 @@ def curve_panels(run: RunData) -> list[Panel]:
             continue
         fig, ax = plt.subplots(figsize=(4.2, 2.7))
         if len(ty):
-            ax.plot(tx, ty, "-", color="#1f77b4", lw=1.5, marker="o" if len(ty) < 30 else None,
-                    ms=3, label="training rollouts")
+            ax.plot(
+                tx,
+                ty,
+                "-",
+                color="#1f77b4",
+                lw=1.5,
+                marker="o" if len(ty) < 30 else None,
+                ms=3,
+                label="training rollouts",
+            )
         if len(ey):
             ax.plot(ex, ey, "--", color="#d62728", lw=1.5, marker="s", ms=4, label="held-out")
         if tk == "rollout/success" and run.vals:
@@ -140,8 +152,9 @@ def group_size_table(run: RunData) -> tuple[list[int], list[str], np.ndarray, np
         keys = sorted(bins, key=bins.get)
         rows = [r for r in run.train if any(as_float(r.get(k)) is not None for k in keys)]
         counts = np.array([[as_float(r.get(k)) or 0.0 for k in keys] for r in rows], dtype=np.float64)
-        share = np.array([v if (v := as_float(r.get("step_groups/share_rows_in_size_gt1"))) is not None
-                          else np.nan for r in rows])
+        share = np.array(
+            [v if (v := as_float(r.get("step_groups/share_rows_in_size_gt1"))) is not None else np.nan for r in rows]
+        )
         labels = [_bin_label(_HIST.match(k))[1] for k in keys]
         return [int(r["iteration"]) for r in rows], labels, counts, share, "metrics.jsonl"
     its, counts, share = [], [], []
@@ -154,8 +167,13 @@ def group_size_table(run: RunData) -> tuple[list[int], list[str], np.ndarray, np
         its.append(it)
         counts.append([((sizes >= lo) & (sizes <= hi)).sum() for lo, hi, _ in _BINS])
         share.append(sizes[sizes > 1].sum() / len(g))
-    return (its, [b[2] for b in _BINS], np.array(counts, dtype=np.float64).reshape(len(its), len(_BINS)),
-            np.array(share, dtype=np.float64), "trajectories/")
+    return (
+        its,
+        [b[2] for b in _BINS],
+        np.array(counts, dtype=np.float64).reshape(len(its), len(_BINS)),
+        np.array(share, dtype=np.float64),
+        "trajectories/",
+    )
 
 
 def group_size_panels(run: RunData) -> list[Panel]:
@@ -167,8 +185,14 @@ def group_size_panels(run: RunData) -> list[Panel]:
     title = "Step-group size distribution"
     its, labels, counts, share, source = group_size_table(run)
     if not its:
-        return [Panel("group-sizes", title, note="no step-group statistics in this run (the estimator "
-                      "has no step groups, e.g. grpo/rloo, or nothing was logged)")]
+        return [
+            Panel(
+                "group-sizes",
+                title,
+                note="no step-group statistics in this run (the estimator "
+                "has no step groups, e.g. grpo/rloo, or nothing was logged)",
+            )
+        ]
     plt = _plt()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.0), gridspec_kw={"width_ratios": [3, 2]})
     tot = counts.sum(axis=1, keepdims=True)
@@ -177,8 +201,7 @@ def group_size_panels(run: RunData) -> list[Panel]:
     bottom = np.zeros(len(its))
     cmap = plt.get_cmap("viridis")
     for k, lab in enumerate(labels):
-        ax.bar(x, frac[:, k], bottom=bottom, color=cmap(k / max(1, len(labels) - 1)), label=f"size {lab}",
-               width=0.85)
+        ax.bar(x, frac[:, k], bottom=bottom, color=cmap(k / max(1, len(labels) - 1)), label=f"size {lab}", width=0.85)
         bottom += frac[:, k]
     step = max(1, len(its) // 12)
     ax.set_xticks(x[::step], [str(i) for i in its][::step], fontsize=7)
@@ -229,6 +252,9 @@ def timing_panels(run: RunData) -> list[Panel]:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     ax.set_title("time per phase per iteration", fontsize=10)
     total = secs.sum()
-    shares = ", ".join(f"{lab} {100 * secs[:, p].sum() / total:.1f}%" for p, lab in enumerate(labels)) \
-        if total > 0 and math.isfinite(total) else ""
+    shares = (
+        ", ".join(f"{lab} {100 * secs[:, p].sum() / total:.1f}%" for p, lab in enumerate(labels))
+        if total > 0 and math.isfinite(total)
+        else ""
+    )
     return [Panel("timing", title, png=_png(fig), note=f"share of logged time: {shares}" if shares else None)]

@@ -28,7 +28,7 @@ MAX_ITERATIONS = 6
 MAX_TASKS = 6
 MAX_TRAJS = 16
 MAX_STEPS = 60
-TEXT_CAPS = (600, 300, 150, 80)   # tried in order until the digest fits MAX_BYTES
+TEXT_CAPS = (600, 300, 150, 80)  # tried in order until the digest fits MAX_BYTES
 MAX_BYTES = 1_500_000
 
 
@@ -51,8 +51,9 @@ def _num(v):
 
 
 def _iteration_digest(rows: list[dict], cap: int, notes: list[str], it: int) -> dict:
-    sizes = Counter(int(r["step_group"]) for r in rows
-                    if isinstance(r.get("step_group"), (int, float)) and r["step_group"] >= 0)
+    sizes = Counter(
+        int(r["step_group"]) for r in rows if isinstance(r.get("step_group"), (int, float)) and r["step_group"] >= 0
+    )
     by_ep: dict[int, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if isinstance(r.get("episode_id"), int) and isinstance(r.get("traj_id"), int):
@@ -76,18 +77,38 @@ def _iteration_digest(rows: list[dict], cap: int, notes: list[str], it: int) -> 
                 notes.append(f"iteration {it}, trajectory {tid}: showing {MAX_STEPS} of {len(steps)} steps")
                 steps = steps[:MAX_STEPS]
             g = lambda r: int(r["step_group"]) if isinstance(r.get("step_group"), (int, float)) else -1  # noqa: E731
-            out_trajs.append({
-                "traj_id": tid, "won": bool(steps[0].get("won")),
-                "steps": [{"t": int(r.get("step", 0)), "obs": _cut(r.get("anchor"), cap),
-                           "act": _cut(r.get("action"), cap // 2), "resp": _cut(r.get("response"), cap // 2),
-                           "r": _num(r.get("reward")), "valid": bool(r.get("valid", True)),
-                           "done": bool(r.get("done", False)), "ae": _num(r.get("A_E")),
-                           "as": _num(r.get("A_S")), "a": _num(r.get("A")),
-                           "g": g(r), "gs": sizes.get(g(r), 0)} for r in steps],
-                "final_obs": _cut(steps[-1].get("observation"), cap) if steps[-1].get("done") else "",
-            })
-        tasks.append({"episode_id": ep, "task_id": str(first.get("task_id", "")),
-                      "task_type": str(first.get("task_type", "") or ""), "trajs": out_trajs})
+            out_trajs.append(
+                {
+                    "traj_id": tid,
+                    "won": bool(steps[0].get("won")),
+                    "steps": [
+                        {
+                            "t": int(r.get("step", 0)),
+                            "obs": _cut(r.get("anchor"), cap),
+                            "act": _cut(r.get("action"), cap // 2),
+                            "resp": _cut(r.get("response"), cap // 2),
+                            "r": _num(r.get("reward")),
+                            "valid": bool(r.get("valid", True)),
+                            "done": bool(r.get("done", False)),
+                            "ae": _num(r.get("A_E")),
+                            "as": _num(r.get("A_S")),
+                            "a": _num(r.get("A")),
+                            "g": g(r),
+                            "gs": sizes.get(g(r), 0),
+                        }
+                        for r in steps
+                    ],
+                    "final_obs": _cut(steps[-1].get("observation"), cap) if steps[-1].get("done") else "",
+                }
+            )
+        tasks.append(
+            {
+                "episode_id": ep,
+                "task_id": str(first.get("task_id", "")),
+                "task_type": str(first.get("task_type", "") or ""),
+                "trajs": out_trajs,
+            }
+        )
     return {"iteration": it, "tasks": tasks}
 
 
@@ -97,15 +118,16 @@ def viewer_data(run: RunData) -> dict:
     available = list(run.trajectories)
     chosen = pick_iterations(available)
     if len(chosen) < len(available):
-        notes.append(f"showing iterations {', '.join(map(str, chosen))} of {len(available)} with "
-                     "trajectory files")
+        notes.append(f"showing iterations {', '.join(map(str, chosen))} of {len(available)} with trajectory files")
     raw = {it: read_trajectory_rows(run.trajectories[it], run.problems) for it in chosen}
     data: dict = {"iterations": [], "notes": notes}
     for cap in TEXT_CAPS:
         n = list(notes)
         its = [_iteration_digest(raw[it], cap, n, it) for it in chosen if raw[it]]
-        data = {"iterations": [d for d in its if d["tasks"]],
-                "notes": n + [f"texts longer than {cap} characters are cut"]}
+        data = {
+            "iterations": [d for d in its if d["tasks"]],
+            "notes": n + [f"texts longer than {cap} characters are cut"],
+        }
         if len(json.dumps(data)) <= MAX_BYTES:
             return data
     # Still too big with the shortest texts: drop iterations from the middle until it fits.

@@ -69,17 +69,24 @@ def collect_expert_demos(
             actions: list[str] = []
             for _ in range(max_steps):
                 admissible = info.get("admissible_actions")
-                prompt_for = partial(agent.build_prompt, observation=obs, history=hist.entries, step=len(hist),
-                                     admissible_actions=admissible)
+                prompt_for = partial(
+                    agent.build_prompt,
+                    observation=obs,
+                    history=hist.entries,
+                    step=len(hist),
+                    admissible_actions=admissible,
+                )
                 text = format_expert_response(agent.spec, env.expert_action(), think=think)
                 action = agent.parse(text).action
                 episode.append(_demo_row(prompt_for(task_text), text, tokenizer, agent, admissible, with_allowed))
                 if relabel and agent.spec.sft_relabel and admissible:
-                    for task_v, action_v in relabel_step(task_text, action, admissible,
-                                                         holds_task_object(task_text, actions), relabel):
+                    for task_v, action_v in relabel_step(
+                        task_text, action, admissible, holds_task_object(task_text, actions), relabel
+                    ):
                         text_v = format_expert_response(agent.spec, action_v, think=think)
-                        episode.append(_demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible,
-                                                 with_allowed))
+                        episode.append(
+                            _demo_row(prompt_for(task_v), text_v, tokenizer, agent, admissible, with_allowed)
+                        )
                 actions.append(action)
                 hist.add(obs, action)
                 obs, _reward, done, info = env.step(action)

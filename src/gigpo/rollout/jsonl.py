@@ -40,7 +40,9 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
         for i in range(n):
             t = int(batch.traj_id[i])
             rec = {
-                "episode_id": int(batch.episode_id[i]), "traj_id": t, "step": int(batch.step[i]),
+                "episode_id": int(batch.episode_id[i]),
+                "traj_id": t,
+                "step": int(batch.step[i]),
                 "task_id": _plain(batch.traj_task_id[t]) if t < batch.num_trajectories else None,
                 "task_type": _plain(batch.traj_task_type[t]) if t < batch.num_trajectories else None,
                 "won": bool(batch.traj_won[t]) if t < batch.num_trajectories else None,
@@ -48,9 +50,13 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
             if tokenizer is not None:
                 rec["prompt"] = tokenizer.decode(list(batch.prompt_ids[i]))
             rec.update(
-                response=_plain(batch.response_text[i]), action=_plain(batch.action[i]),
-                observation=_plain(batch.observation[i]), anchor=_plain(batch.anchor[i]),
-                reward=float(batch.reward[i]), done=bool(batch.done[i]), valid=bool(batch.valid[i]),
+                response=_plain(batch.response_text[i]),
+                action=_plain(batch.action[i]),
+                observation=_plain(batch.observation[i]),
+                anchor=_plain(batch.anchor[i]),
+                reward=float(batch.reward[i]),
+                done=bool(batch.done[i]),
+                valid=bool(batch.valid[i]),
                 response_tokens=len(batch.response_ids[i]),
             )
             for k, arr in adv.items():

@@ -77,10 +77,18 @@ def rollout(
     searches = [0] * n_slots
     tool_kinds = agent.spec.tool_call_kinds  # parsed kinds that are tool calls (search: "search")
     rows: dict[str, list] = {k: [] for k in ROW_FIELDS + ("allowed",)}
-    meta = {"family": agent.family, "history_dropped": 0, "observation_truncated": 0,
-            "prompt_hard_truncated": 0, "prompts": 0, "generated_tokens": 0,
-            "time_reset_s": time.perf_counter() - t0, "time_prompt_s": 0.0, "time_generate_s": 0.0,
-            "time_env_s": 0.0}
+    meta = {
+        "family": agent.family,
+        "history_dropped": 0,
+        "observation_truncated": 0,
+        "prompt_hard_truncated": 0,
+        "prompts": 0,
+        "generated_tokens": 0,
+        "time_reset_s": time.perf_counter() - t0,
+        "time_prompt_s": 0.0,
+        "time_generate_s": 0.0,
+        "time_env_s": 0.0,
+    }
     t = 0
     while True:
         active = list(envs.active())
@@ -90,8 +98,13 @@ def rollout(
         prompts = []
         for s in active:
             obs, info = cur[s]
-            p = agent.build_prompt(task_text[s], obs, memory[s].entries, step=len(memory[s]),
-                                   admissible_actions=info.get("admissible_actions"))
+            p = agent.build_prompt(
+                task_text[s],
+                obs,
+                memory[s].entries,
+                step=len(memory[s]),
+                admissible_actions=info.get("admissible_actions"),
+            )
             meta["history_dropped"] += p.history_dropped
             meta["observation_truncated"] += int(p.observation_truncated)
             meta["prompt_hard_truncated"] += int(p.hard_truncated)
@@ -136,8 +149,9 @@ def rollout(
             cur[s] = (tr.observation, tr.info)
         t += 1
         if progress:
-            print(f"[rollout] step {t}: {len(active)} envs stepped, {len(envs.active())} still running",
-                  file=sys.stderr)
+            print(
+                f"[rollout] step {t}: {len(active)} envs stepped, {len(envs.active())} still running", file=sys.stderr
+            )
     still_running = set(envs.active())
     results = sorted(envs.results(), key=lambda r: r.slot)
     if len(results) != n_slots:

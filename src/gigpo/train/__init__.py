@@ -7,5 +7,15 @@ from gigpo.train.config import Config, ConfigError, load_config
 from gigpo.train.loss import actor_loss, agg_loss, kl_penalty, policy_gradient_loss, token_budget_microbatches
 from gigpo.train.update import PolicyUpdater, TrainingDiverged
 
-__all__ = ["Config", "ConfigError", "PolicyUpdater", "TrainingDiverged", "actor_loss", "agg_loss",
-           "kl_penalty", "load_config", "policy_gradient_loss", "token_budget_microbatches"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "PolicyUpdater",
+    "TrainingDiverged",
+    "actor_loss",
+    "agg_loss",
+    "kl_penalty",
+    "load_config",
+    "policy_gradient_loss",
+    "token_budget_microbatches",
+]

@@ -42,17 +42,25 @@ def rng_state() -> dict:
     # Plain ints/lists/tensors only: ``torch.load(weights_only=True)`` refuses numpy arrays.
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"python": {"version": version, "state": list(internal), "gauss": gauss},
-            "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
-                      "cached_gaussian": float(cached)},
-            "torch": torch.get_rng_state()}
+    return {
+        "python": {"version": version, "state": list(internal), "gauss": gauss},
+        "numpy": {
+            "kind": kind,
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict) -> None:
     py, nps = state["python"], state["numpy"]
     random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
-    np.random.set_state((nps["kind"], np.asarray(nps["keys"], dtype=np.uint32), nps["pos"], nps["has_gauss"],
-                         nps["cached_gaussian"]))
+    np.random.set_state(
+        (nps["kind"], np.asarray(nps["keys"], dtype=np.uint32), nps["pos"], nps["has_gauss"], nps["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
 
 
@@ -91,8 +99,9 @@ def _signals_deferred():
             signal.raise_signal(held[0])  # now handled as it would have been
 
 
-def save_checkpoint(run_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2,
-                    best: bool = False) -> Path:
+def save_checkpoint(
+    run_dir: str | Path, iteration: int, state: dict[str, Any], keep: int = 2, best: bool = False
+) -> Path:
     """Write ``state`` (plus RNG states) as the checkpoint after ``iteration``; returns its dir.
     ``best``: also pin it as the best checkpoint (``pin_best``). Ctrl-C waits for it to finish."""
     with _signals_deferred():
@@ -165,8 +174,7 @@ def _pointer(ckdir: Path) -> Path | None:
         return None
     name = ptr.read_text(errors="replace").strip()
     if not _NAME.fullmatch(name):
-        warnings.warn(f"{ptr} names {name!r}, not an iter_NNNNNN directory of {ckdir}; ignoring it",
-                      stacklevel=3)
+        warnings.warn(f"{ptr} names {name!r}, not an iter_NNNNNN directory of {ckdir}; ignoring it", stacklevel=3)
         return None
     return ckdir / name
 
@@ -185,18 +193,20 @@ def load_checkpoint(path: str | Path) -> dict:
     if not f.exists():
         raise CheckpointError(f"no checkpoint at {str(path)!r} (expected {str(f)!r})")
     if not digest.exists():
-        raise CheckpointError(f"{digest} is missing (the checkpoint is incomplete or was written by an "
-                              "older gigpo)")
+        raise CheckpointError(f"{digest} is missing (the checkpoint is incomplete or was written by an older gigpo)")
     want = digest.read_text(errors="replace").strip()
     got = _sha256(f)
     if got != want:
-        raise CheckpointError(f"{f} does not match its checksum ({f.stat().st_size} bytes, sha256 "
-                              f"{got[:12]}..., expected {want[:12]}...): the file is truncated or damaged")
+        raise CheckpointError(
+            f"{f} does not match its checksum ({f.stat().st_size} bytes, sha256 "
+            f"{got[:12]}..., expected {want[:12]}...): the file is truncated or damaged"
+        )
     try:
         state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is not ours
-        raise CheckpointError(f"{f} could not be loaded safely ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from e
+        raise CheckpointError(
+            f"{f} could not be loaded safely ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from e
     if not isinstance(state, dict) or not {"model", "iteration", "rng"} <= set(state):
         raise CheckpointError(f"{f} is not a gigpo checkpoint (no model/iteration/rng entries)")
     return state
@@ -223,8 +233,7 @@ def load_latest(run_dir: str | Path) -> tuple[Path, dict] | None:
             warnings.warn(f"skipping checkpoint {p.name}: {e}", stacklevel=2)
             continue
         if errors:
-            warnings.warn(f"resuming from the older checkpoint {p.name} (iteration {state['iteration']})",
-                          stacklevel=2)
+            warnings.warn(f"resuming from the older checkpoint {p.name} (iteration {state['iteration']})", stacklevel=2)
         return p, state
     if not order:
         return None

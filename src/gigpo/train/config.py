@@ -66,10 +66,16 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    family: str = F("alfworld", "env family: alfworld, webshop, search, or one registered by a plugin "
-                    "(entry point group gigpo.families, or env.family_module)")
-    family_module: str = F("", "module (dotted name, .py file or package dir) whose FAMILY_SPEC is registered "
-                           "before env.family is looked up; a family outside any installed package")
+    family: str = F(
+        "alfworld",
+        "env family: alfworld, webshop, search, or one registered by a plugin "
+        "(entry point group gigpo.families, or env.family_module)",
+    )
+    family_module: str = F(
+        "",
+        "module (dotted name, .py file or package dir) whose FAMILY_SPEC is registered "
+        "before env.family is looked up; a family outside any installed package",
+    )
     group_size: int = F(8, "rollouts per task, all reset to the same initial state (verl-agent: env.rollout.n)")
     tasks_per_iter: int = F(16, "distinct tasks per training iteration (verl-agent: data.train_batch_size)")
     max_steps: int = F(50, "max agent steps per episode")
@@ -80,11 +86,17 @@ class EnvConfig:
     kwargs: dict = F({}, "family-specific env options passed to make_env")
     task_kwargs: dict = F({}, "family-specific task options passed to make_tasks")
     executor: str = F("inline", "how envs run: inline, thread or process")
-    step_timeout: float = F(-1.0, "seconds one env step may take before its episode is failed (a hung env "
-                            "worker is killed and restarted); 0 = no limit; -1 = 60 with executor thread or "
-                            "process, none inline (an inline env cannot be interrupted)")
-    reset_timeout: float = F(-1.0, "seconds one env reset may take (includes building the env on first use); "
-                             "0 = no limit; -1 = 300 with executor thread or process, none inline")
+    step_timeout: float = F(
+        -1.0,
+        "seconds one env step may take before its episode is failed (a hung env "
+        "worker is killed and restarted); 0 = no limit; -1 = 60 with executor thread or "
+        "process, none inline (an inline env cannot be interrupted)",
+    )
+    reset_timeout: float = F(
+        -1.0,
+        "seconds one env reset may take (includes building the env on first use); "
+        "0 = no limit; -1 = 300 with executor thread or process, none inline",
+    )
 
     def __post_init__(self):
         from gigpo.envs.spec import families, is_family, load_family_module
@@ -102,9 +114,12 @@ class EnvConfig:
         for k in ("step_timeout", "reset_timeout"):
             v = getattr(self, k)
             _check(v == -1 or v >= 0, f"env.{k}", f"must be >= 0 seconds (0 = no limit) or -1 (default), got {v}")
-            _check(not (self.executor == "inline" and v > 0), f"env.{k}",
-                   "needs env.executor=thread or process (an inline env cannot be interrupted); set one of "
-                   f"those or env.{k}=0")
+            _check(
+                not (self.executor == "inline" and v > 0),
+                f"env.{k}",
+                "needs env.executor=thread or process (an inline env cannot be interrupted); set one of "
+                f"those or env.{k}=0",
+            )
         for k in ("group_size", "tasks_per_iter", "max_steps"):
             _check(getattr(self, k) >= 1, f"env.{k}", f"must be >= 1, got {getattr(self, k)}")
         for k in ("history_length", "train_tasks", "eval_tasks"):
@@ -113,31 +128,49 @@ class EnvConfig:
     def timeouts(self) -> tuple[float | None, float | None]:
         """(step, reset) seconds for ``GroupedEnvs`` (None = no limit), defaults resolved."""
         inline = self.executor == "inline"
-        return tuple(None if v == 0 or (v == -1 and inline) else (default if v == -1 else v)
-                     for v, default in ((self.step_timeout, 60.0), (self.reset_timeout, 300.0)))
+        return tuple(
+            None if v == 0 or (v == -1 and inline) else (default if v == -1 else v)
+            for v, default in ((self.step_timeout, 60.0), (self.reset_timeout, 300.0))
+        )
 
 
 @dataclass
 class AlgorithmConfig:
-    estimator: str = F("gigpo", "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
-                                "grpo, rloo, gigpo_no_step, gigpo_no_episode, or your own (register)")
-    estimator_module: str = F("", "a module (dotted name, .py file or package dir) that registers estimators "
-                                  "with gigpo.advantages.register; imported before algorithm.estimator is checked")
+    estimator: str = F(
+        "gigpo",
+        "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
+        "grpo, rloo, gigpo_no_step, gigpo_no_episode, or your own (register)",
+    )
+    estimator_module: str = F(
+        "",
+        "a module (dotted name, .py file or package dir) that registers estimators "
+        "with gigpo.advantages.register; imported before algorithm.estimator is checked",
+    )
     gamma: float = F(0.95, "discount for per-step returns (paper Eq. 5)")
     invalid_action_penalty: float = F(0.1, "subtracted from the return of steps with invalid actions")
     # Estimator options: the names of the estimator's own keyword options; unset (null) = the
     # estimator's default, so the CLI and compute_advantages agree. Setting one that the chosen
     # estimator does not take is an error.
-    mode: str | None = F(None, "normalisation: mean_std_norm ((x - mean) / (std + epsilon)) or mean_norm "
-                               "(x - mean); unset = the estimator's default (gigpo: mean_norm, grpo: "
-                               "mean_std_norm); not an option of rloo")
-    step_weight: float | None = F(None, "weight of the step-level advantage (paper Eq. 8, omega); unset = 1.0; "
-                                        "gigpo and gigpo_no_episode")
-    similarity_threshold: float | None = F(None, "group anchor states whose texts have a difflib ratio >= this "
-                                                 "(in (0, 1]); unset = exact equality; gigpo variants")
+    mode: str | None = F(
+        None,
+        "normalisation: mean_std_norm ((x - mean) / (std + epsilon)) or mean_norm "
+        "(x - mean); unset = the estimator's default (gigpo: mean_norm, grpo: "
+        "mean_std_norm); not an option of rloo",
+    )
+    step_weight: float | None = F(
+        None, "weight of the step-level advantage (paper Eq. 8, omega); unset = 1.0; gigpo and gigpo_no_episode"
+    )
+    similarity_threshold: float | None = F(
+        None,
+        "group anchor states whose texts have a difflib ratio >= this "
+        "(in (0, 1]); unset = exact equality; gigpo variants",
+    )
     epsilon: float | None = F(None, "std floor in advantage normalisation; unset = 1e-6")
-    options: dict = F({}, "other keyword options of the estimator, by its names (e.g. a registered estimator's "
-                          "own: algorithm.options.scale=0.5)")
+    options: dict = F(
+        {},
+        "other keyword options of the estimator, by its names (e.g. a registered estimator's "
+        "own: algorithm.options.scale=0.5)",
+    )
 
     OPTIONS: typing.ClassVar[tuple[str, ...]] = ("mode", "step_weight", "similarity_threshold", "epsilon")
 
@@ -161,14 +194,21 @@ class AlgorithmConfig:
         accepted = estimator_options(self.estimator)
         for k in self.OPTIONS:
             v = getattr(self, k)
-            _check(v is None or k in accepted, f"algorithm.{k}",
-                   f"{v!r} is set but estimator {self.estimator!r} has no option {k!r} (its options: "
-                   f"{sorted(o for o in accepted if o in self.OPTIONS) or 'none'}); remove it or set "
-                   f"algorithm.{k}=null")
+            _check(
+                v is None or k in accepted,
+                f"algorithm.{k}",
+                f"{v!r} is set but estimator {self.estimator!r} has no option {k!r} (its options: "
+                f"{sorted(o for o in accepted if o in self.OPTIONS) or 'none'}); remove it or set "
+                f"algorithm.{k}=null",
+            )
         for k in self.options:
-            _check(k in accepted and k not in self.OPTIONS, f"algorithm.options.{k}",
-                   f"use algorithm.{k}" if k in self.OPTIONS else
-                   f"estimator {self.estimator!r} has no option {k!r} (its options: {sorted(accepted) or 'none'})")
+            _check(
+                k in accepted and k not in self.OPTIONS,
+                f"algorithm.options.{k}",
+                f"use algorithm.{k}"
+                if k in self.OPTIONS
+                else f"estimator {self.estimator!r} has no option {k!r} (its options: {sorted(accepted) or 'none'})",
+            )
 
     def estimator_options(self) -> dict:
         """The options to pass to ``compute_advantages``: those set, by the estimator's names."""
@@ -204,14 +244,23 @@ class RolloutConfig:
     eval_temperature: float = F(0.4, "sampling temperature during evaluation")
     max_response_tokens: int = F(512, "max generated tokens per step")
     max_prompt_tokens: int = F(2048, "max prompt tokens per step (older history is dropped first)")
-    reuse_sampling_logprobs: bool = F(False, "use the sampler's log-probs as old log-probs (skips a forward "
-                                      "pass per row; exact when top_p = 1, as the sampler and the update "
-                                      "then use the same tempered distribution)")
-    constrain_actions: bool = F(False, "decode the <action> text only from the env's admissible actions "
-                                "(a trie mask over the action tokens; log-probs everywhere use the same "
-                                "masks). Off = the reference: free text, invalid actions penalised")
-    repeat_task: bool = F(False, "end each prompt with the task once more, a few tokens before the response "
-                          "(helps small from-scratch models read it; off = the reference prompt)")
+    reuse_sampling_logprobs: bool = F(
+        False,
+        "use the sampler's log-probs as old log-probs (skips a forward "
+        "pass per row; exact when top_p = 1, as the sampler and the update "
+        "then use the same tempered distribution)",
+    )
+    constrain_actions: bool = F(
+        False,
+        "decode the <action> text only from the env's admissible actions "
+        "(a trie mask over the action tokens; log-probs everywhere use the same "
+        "masks). Off = the reference: free text, invalid actions penalised",
+    )
+    repeat_task: bool = F(
+        False,
+        "end each prompt with the task once more, a few tokens before the response "
+        "(helps small from-scratch models read it; off = the reference prompt)",
+    )
 
     def __post_init__(self):
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
@@ -221,9 +270,12 @@ class RolloutConfig:
         _check(self.max_prompt_tokens >= 16, "rollout.max_prompt_tokens", "must be >= 16")
         # With top_p < 1 the sampler's log-probs are of the truncated distribution, the update's
         # are not: the PPO ratio would be off from the first step.
-        _check(not (self.reuse_sampling_logprobs and self.top_p < 1), "rollout.reuse_sampling_logprobs",
-               "needs rollout.top_p=1 (with nucleus sampling the sampler's log-probs differ from the "
-               "update's); set it false or top_p=1")
+        _check(
+            not (self.reuse_sampling_logprobs and self.top_p < 1),
+            "rollout.reuse_sampling_logprobs",
+            "needs rollout.top_p=1 (with nucleus sampling the sampler's log-probs differ from the "
+            "update's); set it false or top_p=1",
+        )
 
 
 @dataclass
@@ -237,9 +289,12 @@ class TrainConfig:
     ppo_epochs: int = F(1, "passes over each iteration's rows")
     mini_batch_rows: int = F(256, "step rows per optimizer step (verl-agent: ppo_mini_batch_size)")
     micro_token_budget: int = F(8192, "max padded tokens per micro-batch (gradient accumulation)")
-    pad_multiple: int = F(64, "pad micro-batch rows to a multiple of this many tokens: a few repeated shapes "
-                              "let the CPU allocator reuse memory (varied shapes grew a bf16 run by ~0.5 GB "
-                              "per iteration); 1 = no extra padding")
+    pad_multiple: int = F(
+        64,
+        "pad micro-batch rows to a multiple of this many tokens: a few repeated shapes "
+        "let the CPU allocator reuse memory (varied shapes grew a bf16 run by ~0.5 GB "
+        "per iteration); 1 = no extra padding",
+    )
     clip_low: float = F(0.2, "PPO clip epsilon below 1")
     clip_high: float = F(0.2, "PPO clip epsilon above 1 (0.28 = clip-higher)")
     dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages (> 1)")
@@ -248,18 +303,27 @@ class TrainConfig:
     kl_coef: float = F(0.01, "weight of the KL loss term")
     entropy_coef: float = F(0.001, "weight of the entropy bonus")
     loss_agg_mode: str = F("token-mean", "loss aggregation: token-mean, seq-mean-token-sum, seq-mean-token-mean")
-    skip_zero_advantage_rows: bool = F(False, "leave rows with advantage 0 out of the update (they carry no "
-                                       "policy gradient; needs use_kl=false and entropy_coef=0, where they "
-                                       "would only dilute the token mean; like DAPO's dynamic sampling)")
-    dynamic_sampling: bool = F(False, "DAPO's dynamic sampling: leave out episode groups whose rows all have "
-                               "advantage 0 (all rollouts tied: no signal) and roll out more tasks until "
-                               "env.tasks_per_iter groups carry signal or train.dynamic_sampling_rounds is used up")
+    skip_zero_advantage_rows: bool = F(
+        False,
+        "leave rows with advantage 0 out of the update (they carry no "
+        "policy gradient; needs use_kl=false and entropy_coef=0, where they "
+        "would only dilute the token mean; like DAPO's dynamic sampling)",
+    )
+    dynamic_sampling: bool = F(
+        False,
+        "DAPO's dynamic sampling: leave out episode groups whose rows all have "
+        "advantage 0 (all rollouts tied: no signal) and roll out more tasks until "
+        "env.tasks_per_iter groups carry signal or train.dynamic_sampling_rounds is used up",
+    )
     dynamic_sampling_rounds: int = F(2, "extra rollout rounds per iteration that dynamic sampling may use")
     max_bad_updates: int = F(3, "consecutive non-finite losses that stop the run")
     torch_threads: int = F(1, "torch CPU threads (1 is fastest on a shared 2-core machine)")
-    autocast: str = F("none", "mixed precision of the update's and log-prob passes' forward: none (float32 "
-                      "matmuls) or bf16 (torch.autocast; ~2x faster on CPUs with AVX512-BF16; log-probs and "
-                      "the loss stay float32; sampling is unchanged)")
+    autocast: str = F(
+        "none",
+        "mixed precision of the update's and log-prob passes' forward: none (float32 "
+        "matmuls) or bf16 (torch.autocast; ~2x faster on CPUs with AVX512-BF16; log-probs and "
+        "the loss stay float32; sampling is unchanged)",
+    )
 
     def __post_init__(self):
         _choice(self.schedule, "train.schedule", ("constant", "cosine"))
@@ -268,8 +332,14 @@ class TrainConfig:
         _choice(self.autocast, "train.autocast", ("none", "bf16"))
         _check(self.iterations >= 0, "train.iterations", "must be >= 0")
         _check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")
-        for k in ("ppo_epochs", "mini_batch_rows", "micro_token_budget", "max_bad_updates", "torch_threads",
-                  "pad_multiple"):
+        for k in (
+            "ppo_epochs",
+            "mini_batch_rows",
+            "micro_token_budget",
+            "max_bad_updates",
+            "torch_threads",
+            "pad_multiple",
+        ):
             _check(getattr(self, k) >= 1, f"train.{k}", f"must be >= 1, got {getattr(self, k)}")
         _check(0 <= self.clip_low < 1, "train.clip_low", "must be in [0, 1)")
         _check(self.clip_high >= 0, "train.clip_high", "must be >= 0")
@@ -277,9 +347,12 @@ class TrainConfig:
         _check(self.dynamic_sampling_rounds >= 0, "train.dynamic_sampling_rounds", "must be >= 0")
         for k in ("weight_decay", "warmup_iterations", "grad_clip", "kl_coef", "entropy_coef"):
             _check(getattr(self, k) >= 0, f"train.{k}", "must be >= 0")
-        _check(not self.skip_zero_advantage_rows or (not self.use_kl and self.entropy_coef == 0),
-               "train.skip_zero_advantage_rows", "needs train.use_kl=false and train.entropy_coef=0 (rows with "
-               "advantage 0 still carry KL/entropy gradient otherwise)")
+        _check(
+            not self.skip_zero_advantage_rows or (not self.use_kl and self.entropy_coef == 0),
+            "train.skip_zero_advantage_rows",
+            "needs train.use_kl=false and train.entropy_coef=0 (rows with "
+            "advantage 0 still carry KL/entropy gradient otherwise)",
+        )
 
 
 @dataclass
@@ -289,16 +362,28 @@ class SFTConfig:
     epochs: int = F(2, "passes over the demonstrations")
     lr: float = F(1e-3, "AdamW learning rate for SFT")
     batch_rows: int = F(16, "demonstration rows per optimizer step")
-    relabel: int = F(0, "ALFWorld: up to this many counterfactual rows per expert step that reads the task "
-                     "(the task naming another object / receptacle type in view, with the matching action; "
-                     "gigpo.agent.relabel); 0 = off")
-    warmup_steps: int = F(0, "optimizer steps of linear learning-rate warm-up before the linear decay (a model "
-                          "built from scratch needs it to learn to copy names from its prompt)")
-    prompt_loss_weight: float = F(0.0, "weight of next-token loss on prompt tokens (0 = response tokens only; "
-                                  ">0 helps a from-scratch model learn to read observations)")
-    think: str = F("reason", "<think> text of the expert responses: 'reason' (a one-line reason naming the "
-                   "action's target) or 'empty' (<think></think>: every decision is made in the action text, "
-                   "where rollout.constrain_actions applies)")
+    relabel: int = F(
+        0,
+        "ALFWorld: up to this many counterfactual rows per expert step that reads the task "
+        "(the task naming another object / receptacle type in view, with the matching action; "
+        "gigpo.agent.relabel); 0 = off",
+    )
+    warmup_steps: int = F(
+        0,
+        "optimizer steps of linear learning-rate warm-up before the linear decay (a model "
+        "built from scratch needs it to learn to copy names from its prompt)",
+    )
+    prompt_loss_weight: float = F(
+        0.0,
+        "weight of next-token loss on prompt tokens (0 = response tokens only; "
+        ">0 helps a from-scratch model learn to read observations)",
+    )
+    think: str = F(
+        "reason",
+        "<think> text of the expert responses: 'reason' (a one-line reason naming the "
+        "action's target) or 'empty' (<think></think>: every decision is made in the action text, "
+        "where rollout.constrain_actions applies)",
+    )
     output_dir: str = F("", "where to save the SFT model ('' = cache keyed by the SFT config)")
 
     def __post_init__(self):
@@ -315,14 +400,23 @@ class SFTConfig:
 
 @dataclass
 class GuardConfig:
-    val_every: int = F(0, "best-model selection: evaluate on guard.val_tasks validation tasks before training, "
-                       "every k iterations and after the last (0 = off); the run keeps model/ = the best by "
-                       "validation success (ties keep the earlier), model_last/ = the last")
+    val_every: int = F(
+        0,
+        "best-model selection: evaluate on guard.val_tasks validation tasks before training, "
+        "every k iterations and after the last (0 = off); the run keeps model/ = the best by "
+        "validation success (ties keep the earlier), model_last/ = the last",
+    )
     val_tasks: int = F(32, "validation tasks: eval-split tasks disjoint from the env.eval_tasks held-out ones")
-    watchdog: bool = F(True, "roll back to the best checkpoint and scale the learning rate by guard.lr_factor when "
-                       "training collapses (see guard.train_drop, guard.val_drop, guard.entropy_floor)")
-    train_drop: float = F(0.3, "collapse: training success below the best running mean (EMA, weight 0.5) by more "
-                          "than this for guard.patience iterations in a row")
+    watchdog: bool = F(
+        True,
+        "roll back to the best checkpoint and scale the learning rate by guard.lr_factor when "
+        "training collapses (see guard.train_drop, guard.val_drop, guard.entropy_floor)",
+    )
+    train_drop: float = F(
+        0.3,
+        "collapse: training success below the best running mean (EMA, weight 0.5) by more "
+        "than this for guard.patience iterations in a row",
+    )
     val_drop: float = F(0.25, "collapse: validation success below the best so far by more than this")
     entropy_floor: float = F(0.0, "collapse: rollout/entropy_est below this for guard.patience iterations (0 = off)")
     patience: int = F(2, "consecutive iterations a training-side collapse signal must hold")
@@ -331,8 +425,11 @@ class GuardConfig:
 
     def __post_init__(self):
         for k in ("val_every", "patience", "max_rollbacks"):
-            _check(getattr(self, k) >= (1 if k == "patience" else 0), f"guard.{k}",
-                   f"must be >= {1 if k == 'patience' else 0}, got {getattr(self, k)}")
+            _check(
+                getattr(self, k) >= (1 if k == "patience" else 0),
+                f"guard.{k}",
+                f"must be >= {1 if k == 'patience' else 0}, got {getattr(self, k)}",
+            )
         _check(self.val_tasks >= 1, "guard.val_tasks", f"must be >= 1, got {self.val_tasks}")
         for k in ("train_drop", "val_drop"):
             _check(0 < getattr(self, k) <= 1, f"guard.{k}", f"must be in (0, 1], got {getattr(self, k)}")
@@ -366,20 +463,29 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):
-        _check(bool(self.name) and self.name not in (".", "..") and not any(c in self.name for c in "/\\"),
-               "name", f"must be a plain directory name (not empty, '.', '..', no '/' or '\\'), got {self.name!r}")
+        _check(
+            bool(self.name) and self.name not in (".", "..") and not any(c in self.name for c in "/\\"),
+            "name",
+            f"must be a plain directory name (not empty, '.', '..', no '/' or '\\'), got {self.name!r}",
+        )
         for f in dataclasses.fields(self):
             section = getattr(self, f.name)
             for g in dataclasses.fields(section) if dataclasses.is_dataclass(section) else ():
                 v = getattr(section, g.name)
-                _check(not isinstance(v, float) or math.isfinite(v), f"{f.name}.{g.name}",
-                       f"must be a finite number, got {v}")
+                _check(
+                    not isinstance(v, float) or math.isfinite(v),
+                    f"{f.name}.{g.name}",
+                    f"must be a finite number, got {v}",
+                )
         # More threads than CPUs only oversubscribes (a shared config may ask for 2 on a 1-CPU box);
         # absurd counts crash torch's thread pool, so they are an error.
         cpus = os.cpu_count() or 1
-        _check(self.train.torch_threads <= max(4 * cpus, 64), "train.torch_threads",
-               f"{self.train.torch_threads} is far more than the {cpus} CPUs of this machine; set "
-               f"train.torch_threads<={cpus}")
+        _check(
+            self.train.torch_threads <= max(4 * cpus, 64),
+            "train.torch_threads",
+            f"{self.train.torch_threads} is far more than the {cpus} CPUs of this machine; set "
+            f"train.torch_threads<={cpus}",
+        )
 
     @property
     def run_dir(self) -> Path:
@@ -390,12 +496,18 @@ def build_agent(cfg: Config, tokenizer):
     """The ``Agent`` that ``cfg`` describes (prompt format, history, action constraint)."""
     from gigpo.agent import Agent
 
-    return Agent(cfg.env.family, tokenizer, history_length=cfg.env.history_length,
-                 max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-                 constrain_actions=cfg.rollout.constrain_actions, repeat_task=cfg.rollout.repeat_task)
+    return Agent(
+        cfg.env.family,
+        tokenizer,
+        history_length=cfg.env.history_length,
+        max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+        constrain_actions=cfg.rollout.constrain_actions,
+        repeat_task=cfg.rollout.repeat_task,
+    )
 
 
 # --------------------------------------------------------------------------- (de)serialisation
+
 
 def _is_section(tp) -> bool:
     return dataclasses.is_dataclass(tp)

@@ -16,15 +16,31 @@ def evaluate_model(cfg) -> dict:
 
     check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
     check_device(cfg.model.device)
-    model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
-                             cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
+    model, tok = load_policy(
+        cfg.model.name_or_path,
+        device=cfg.model.device,
+        dtype=cfg.model.dtype,
+        cache_dir=cfg.model.cache_dir or None,
+        seed=cfg.seed,
+    )
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
     step_timeout, reset_timeout = e.timeouts()
     agent = build_agent(cfg, tok)
-    params = SamplingParams(temperature=cfg.rollout.eval_temperature, top_p=cfg.rollout.top_p,
-                            max_new_tokens=cfg.rollout.max_response_tokens, seed=cfg.seed)
-    with GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps, env_kwargs=e.kwargs, executor=e.executor,
-                     step_timeout=step_timeout, reset_timeout=reset_timeout) as envs:
+    params = SamplingParams(
+        temperature=cfg.rollout.eval_temperature,
+        top_p=cfg.rollout.top_p,
+        max_new_tokens=cfg.rollout.max_response_tokens,
+        seed=cfg.seed,
+    )
+    with GroupedEnvs(
+        e.family,
+        group_size=1,
+        max_steps=e.max_steps,
+        env_kwargs=e.kwargs,
+        executor=e.executor,
+        step_timeout=step_timeout,
+        reset_timeout=reset_timeout,
+    ) as envs:
         _, m = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)
     return m

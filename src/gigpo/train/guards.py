@@ -55,8 +55,10 @@ class Watchdog:
         c = self.cfg
         signals = []
         if success < self.best_ema - c.train_drop:
-            signals.append(f"training success {success:.2f} is more than {c.train_drop:g} below the best "
-                           f"running mean {self.best_ema:.2f}")
+            signals.append(
+                f"training success {success:.2f} is more than {c.train_drop:g} below the best "
+                f"running mean {self.best_ema:.2f}"
+            )
         if c.entropy_floor > 0 and entropy is not None and entropy < c.entropy_floor:
             signals.append(f"entropy {entropy:.3f} is below guard.entropy_floor {c.entropy_floor:g}")
         self.bad = self.bad + 1 if signals else 0
@@ -70,8 +72,10 @@ class Watchdog:
             self.best_val, self.best_iteration = success, iteration
             return True, None
         if self.cfg.watchdog and success < self.best_val - self.cfg.val_drop:
-            return False, (f"validation success {success:.2f} is more than {self.cfg.val_drop:g} below the "
-                           f"best {self.best_val:.2f} (iteration {self.best_iteration})")
+            return False, (
+                f"validation success {success:.2f} is more than {self.cfg.val_drop:g} below the "
+                f"best {self.best_val:.2f} (iteration {self.best_iteration})"
+            )
         return False, None
 
     def rolled_back(self) -> None:
@@ -89,8 +93,7 @@ def model_hash(path) -> str:
     """sha256 over a model directory's weight files (names and bytes, sorted): names the exact
     weights a run started from, e.g. the SFT build, in its log and summary."""
     h = hashlib.sha256()
-    files = sorted(p for p in Path(path).iterdir()
-                   if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
+    files = sorted(p for p in Path(path).iterdir() if p.suffix in (".safetensors", ".bin", ".pt") and p.is_file())
     if not files:
         return ""
     for p in files:

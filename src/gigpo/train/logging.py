@@ -38,14 +38,24 @@ class MetricsLogger:
     its checkpoint would otherwise log that iteration twice).
     """
 
-    def __init__(self, run_dir, *, resume_after: int | None = None, tensorboard: bool = True,
-                 wandb_project: str = "", config=None) -> None:
+    def __init__(
+        self,
+        run_dir,
+        *,
+        resume_after: int | None = None,
+        tensorboard: bool = True,
+        wandb_project: str = "",
+        config=None,
+    ) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_after is not None and self.path.exists():
             keep, torn = _lines_up_to(self.path, resume_after)
             if torn:
-                warnings.warn(f"{self.path}: dropped {torn} unparsable line(s) (a write cut short by a kill); "
-                              "the iterations after the checkpoint are logged again", stacklevel=2)
+                warnings.warn(
+                    f"{self.path}: dropped {torn} unparsable line(s) (a write cut short by a kill); "
+                    "the iterations after the checkpoint are logged again",
+                    stacklevel=2,
+                )
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(ln + "\n" for ln in keep))
             os.replace(tmp, self.path)
@@ -66,8 +76,11 @@ class MetricsLogger:
 
             import dataclasses
 
-            self._wandb = wandb.init(project=wandb_project, name=Path(run_dir).name,
-                                     config=dataclasses.asdict(config) if config is not None else None)
+            self._wandb = wandb.init(
+                project=wandb_project,
+                name=Path(run_dir).name,
+                config=dataclasses.asdict(config) if config is not None else None,
+            )
 
     def log(self, metrics: dict, *, iteration: int, tag: str) -> None:
         line = {"iteration": iteration, "tag": tag}
@@ -115,11 +128,13 @@ def _opt(v, digits: int) -> str:
 def iteration_summary(it: int, total: int, m: dict) -> str:
     """One console line per iteration."""
     g = m.get
-    return (f"iter {it}/{total}  success {g('rollout/success', 0):.3f}  score {g('rollout/score', 0):.3f}  "
-            f"len {g('rollout/episode_length', 0):.1f}  invalid {g('rollout/invalid_action_rate', 0):.2f}  "
-            f"kl {_opt(g('actor/kl'), 4)}  ent {_opt(g('actor/entropy'), 3)}  clip {g('actor/clipfrac', 0):.3f}  "
-            f"gnorm {g('actor/grad_norm', 0):.3f}  rows {g('rollout/num_steps', 0)}  "
-            f"{g('time/iteration', 0):.1f}s (rollout {g('time/rollout', 0):.1f}s, update {g('time/update', 0):.1f}s)")
+    return (
+        f"iter {it}/{total}  success {g('rollout/success', 0):.3f}  score {g('rollout/score', 0):.3f}  "
+        f"len {g('rollout/episode_length', 0):.1f}  invalid {g('rollout/invalid_action_rate', 0):.2f}  "
+        f"kl {_opt(g('actor/kl'), 4)}  ent {_opt(g('actor/entropy'), 3)}  clip {g('actor/clipfrac', 0):.3f}  "
+        f"gnorm {g('actor/grad_norm', 0):.3f}  rows {g('rollout/num_steps', 0)}  "
+        f"{g('time/iteration', 0):.1f}s (rollout {g('time/rollout', 0):.1f}s, update {g('time/update', 0):.1f}s)"
+    )
 
 
 def print_eval_comparison(before: dict, after: dict) -> None:
@@ -127,22 +142,25 @@ def print_eval_comparison(before: dict, after: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    keys = sorted(k for k in set(before) | set(after)
-                  if k.startswith("eval/success") or k in ("eval/score", "eval/episode_length",
-                                                            "eval/invalid_action_rate",
-                                                            "eval/tool_calls_per_question"))
+    keys = sorted(
+        k
+        for k in set(before) | set(after)
+        if k.startswith("eval/success")
+        or k in ("eval/score", "eval/episode_length", "eval/invalid_action_rate", "eval/tool_calls_per_question")
+    )
     t = Table(title="held-out evaluation: before vs after training")
     for c in ("metric", "before", "after", "change"):
         t.add_column(c)
     for k in keys:
         b, a = before.get(k), after.get(k)
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        t.add_row(k[len("eval/"):], fmt(b), fmt(a), "-" if a is None or b is None else f"{a - b:+.3f}")
+        t.add_row(k[len("eval/") :], fmt(b), fmt(a), "-" if a is None or b is None else f"{a - b:+.3f}")
     Console().print(t)
 
 
-def print_model_table(models: dict, result: dict, *, best_val=None, rollbacks: int = 0,
-                      stop_reason: str | None = None) -> None:
+def print_model_table(
+    models: dict, result: dict, *, best_val=None, rollbacks: int = 0, stop_reason: str | None = None
+) -> None:
     """Which iteration each saved model dir comes from, with its held-out success."""
     from rich.console import Console
     from rich.table import Table
@@ -159,5 +177,6 @@ def print_model_table(models: dict, result: dict, *, best_val=None, rollbacks: i
         t.add_row("model_last/", str(models["model_last"]), f"{last.get('eval/success', float('nan')):.3f}", "last")
     Console().print(t)
     if rollbacks:
-        print(f"guard: {rollbacks} rollback(s)" + (f"; stopped early: {stop_reason}" if stop_reason else ""),
-              flush=True)
+        print(
+            f"guard: {rollbacks} rollback(s)" + (f"; stopped early: {stop_reason}" if stop_reason else ""), flush=True
+        )

@@ -61,9 +61,9 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kl_type: str) -> torc
 
 @dataclass
 class PGStats:
-    clipfrac: float        # share of tokens where the clipped branch was taken
+    clipfrac: float  # share of tokens where the clipped branch was taken
     clipfrac_lower: float  # share of tokens where the dual clip (A < 0) bound was taken
-    approx_kl: float       # masked mean of (old - new) log-prob: how far the update moved
+    approx_kl: float  # masked mean of (old - new) log-prob: how far the update moved
 
 
 def policy_gradient_loss(
@@ -121,11 +121,23 @@ def actor_loss(
 
     Returns (loss scalar, metrics dict with pg_loss, entropy, kl, clipfrac, ...).
     """
-    pg, st = policy_gradient_loss(logp, old_logp, advantages, mask, clip_low=clip_low,
-                                  clip_high=clip_high, dual_clip_c=dual_clip_c, agg_mode=agg_mode)
+    pg, st = policy_gradient_loss(
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        dual_clip_c=dual_clip_c,
+        agg_mode=agg_mode,
+    )
     loss = pg
-    out = {"pg_loss": float(pg.detach()), "clipfrac": st.clipfrac,
-           "clipfrac_lower": st.clipfrac_lower, "approx_kl": st.approx_kl}
+    out = {
+        "pg_loss": float(pg.detach()),
+        "clipfrac": st.clipfrac,
+        "clipfrac_lower": st.clipfrac_lower,
+        "approx_kl": st.approx_kl,
+    }
     if entropy is not None:
         ent = agg_loss(entropy, mask, agg_mode)
         loss = loss - entropy_coef * ent

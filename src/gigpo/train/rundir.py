@@ -21,9 +21,19 @@ from gigpo.train.config import Config, ConfigError, to_dict
 LOCK_NAME = ".lock"
 
 # Keys whose change on --resume would silently turn the run into a different experiment.
-RUN_DEFINING = ("env.family", "env.family_module", "env.kwargs", "env.task_kwargs", "env.group_size",
-                "env.tasks_per_iter",
-                "algorithm.estimator", "algorithm.mode", "model.name_or_path", "seed", "sft.")
+RUN_DEFINING = (
+    "env.family",
+    "env.family_module",
+    "env.kwargs",
+    "env.task_kwargs",
+    "env.group_size",
+    "env.tasks_per_iter",
+    "algorithm.estimator",
+    "algorithm.mode",
+    "model.name_or_path",
+    "seed",
+    "sft.",
+)
 
 
 class RunDirLocked(RuntimeError):
@@ -47,9 +57,11 @@ class RunDirLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise RunDirLocked(f"run directory {str(run_dir)!r} is in use by process {holder} (another "
-                               f"gigpo train is writing it); wait for it to finish, stop it, or pick "
-                               f"another name=...") from None
+            raise RunDirLocked(
+                f"run directory {str(run_dir)!r} is in use by process {holder} (another "
+                f"gigpo train is writing it); wait for it to finish, stop it, or pick "
+                f"another name=..."
+            ) from None
         except BaseException:
             os.close(fd)
             raise
@@ -123,6 +135,7 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
 
 # --------------------------------------------------------------------------- checks before the run dir
 
+
 def check_model_path(name_or_path: str) -> None:
     """A local model dir must exist and hold a config, weights and a tokenizer file; aliases and
     hub ids (``org/name``) pass (they are built or downloaded later)."""
@@ -134,8 +147,10 @@ def check_model_path(name_or_path: str) -> None:
         return
     key = "model.name_or_path"
     if not p.is_dir():
-        raise ConfigError(f"{key}: model directory {name_or_path!r} does not exist (give a local dir with "
-                          "config.json, weights and tokenizer, a hub id like 'org/name', or 'tiny')")
+        raise ConfigError(
+            f"{key}: model directory {name_or_path!r} does not exist (give a local dir with "
+            "config.json, weights and tokenizer, a hub id like 'org/name', or 'tiny')"
+        )
     from gigpo.policy.load import model_dir_problems
 
     missing = model_dir_problems(p)
@@ -179,8 +194,10 @@ def check_env(cfg: Config) -> None:
     try:
         env.reset(tasks[0])
     except Exception as exc:  # noqa: BLE001 - surfaced as a config problem, with its cause
-        raise ConfigError(f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
-                          f"train task: {type(exc).__name__}: {exc}") from None
+        raise ConfigError(
+            f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
+            f"train task: {type(exc).__name__}: {exc}"
+        ) from None
     finally:
         getattr(env, "close", lambda: None)()
 
@@ -215,17 +232,26 @@ def resume_changes(run_dir: Path, cfg: Config, *, force: bool) -> list[dict]:
     base = base if base.exists() else run_dir / "config.yaml"
     old = _flat(to_dict(load_config(base)))
     new = _flat(to_dict(cfg))
-    changes = [{"key": k, "old": old.get(k), "new": v} for k, v in new.items()
-               if k not in ("name", "output_dir") and old.get(k) != v]
+    changes = [
+        {"key": k, "old": old.get(k), "new": v}
+        for k, v in new.items()
+        if k not in ("name", "output_dir") and old.get(k) != v
+    ]
     defining = [c for c in changes if c["key"] in RUN_DEFINING or c["key"].startswith("sft.")]
     if defining and not force:
         c = defining[0]
         more = f" (and {len(defining) - 1} more)" if len(defining) > 1 else ""
-        raise ConfigError(f"{c['key']}: a resumed run cannot change it ({c['old']!r} -> {c['new']!r}){more}; "
-                          "it defines the run. Start a new run, or pass --force to resume anyway (the change "
-                          "is recorded in config_changes.jsonl)")
+        raise ConfigError(
+            f"{c['key']}: a resumed run cannot change it ({c['old']!r} -> {c['new']!r}){more}; "
+            "it defines the run. Start a new run, or pass --force to resume anyway (the change "
+            "is recorded in config_changes.jsonl)"
+        )
     if defining:
         with open(run_dir / "config_changes.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "forced": True,
-                                "changes": defining}, default=str) + "\n")
+            f.write(
+                json.dumps(
+                    {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "forced": True, "changes": defining}, default=str
+                )
+                + "\n"
+            )
     return changes

@@ -26,8 +26,9 @@ class SFTError(RuntimeError):
     """SFT cannot produce a model (no demonstrations, an unusable output dir); one line for the CLI."""
 
 
-def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: float = 0.0,
-             allowed=None) -> tuple[torch.Tensor, int]:
+def sft_loss(
+    model, prompts, responses, *, pad_token_id: int, prompt_weight: float = 0.0, allowed=None
+) -> tuple[torch.Tensor, int]:
     """Mean negative log-likelihood over response tokens, plus ``prompt_weight`` x the mean NLL
     of the prompt tokens (0 = response tokens only, the usual SFT loss).
 
@@ -63,9 +64,20 @@ def sft_loss(model, prompts, responses, *, pad_token_id: int, prompt_weight: flo
     return loss, n
 
 
-def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_token_id: int,
-              token_budget: int = 16384, seed: int = 0, progress: bool = False,
-              prompt_weight: float = 0.0, warmup_steps: int = 0) -> list[float]:
+def sft_train(
+    model,
+    demos,
+    *,
+    epochs: int,
+    lr: float,
+    batch_rows: int,
+    pad_token_id: int,
+    token_budget: int = 16384,
+    seed: int = 0,
+    progress: bool = False,
+    prompt_weight: float = 0.0,
+    warmup_steps: int = 0,
+) -> list[float]:
     """Train ``model`` on ``demos`` (list of (prompt_ids, response_ids[, allowed])); returns loss per step."""
     if not demos:
         raise ValueError("SFT got no demonstrations; raise sft.episodes or check the env's expert")
@@ -79,7 +91,7 @@ def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_toke
     for _ in range(epochs):
         order = rng.permutation(len(demos))
         for start in range(0, len(demos), batch_rows):
-            rows = order[start: start + batch_rows]
+            rows = order[start : start + batch_rows]
             lens = [len(demos[i][0]) + len(demos[i][1]) for i in rows]
             mbs = token_budget_microbatches(lens, token_budget)
             total_tokens = sum(len(demos[i][1]) for i in rows)
@@ -88,9 +100,14 @@ def sft_train(model, demos, *, epochs: int, lr: float, batch_rows: int, pad_toke
             for mb in mbs:
                 idx = [rows[j] for j in mb]
                 allowed = [demos[i][2] if len(demos[i]) > 2 else None for i in idx]
-                loss, n = sft_loss(model, [demos[i][0] for i in idx], [demos[i][1] for i in idx],
-                                   pad_token_id=pad_token_id, prompt_weight=prompt_weight,
-                                   allowed=allowed if any(a is not None for a in allowed) else None)
+                loss, n = sft_loss(
+                    model,
+                    [demos[i][0] for i in idx],
+                    [demos[i][1] for i in idx],
+                    pad_token_id=pad_token_id,
+                    prompt_weight=prompt_weight,
+                    allowed=allowed if any(a is not None for a in allowed) else None,
+                )
                 # weight by tokens so the step is a token mean over the whole batch
                 (loss * n / total_tokens).backward()
                 step_loss += float(loss.detach()) * n / total_tokens
@@ -129,13 +146,20 @@ def _bar(enabled: bool, total: int, desc: str):
 
 def sft_key(cfg) -> str:
     """Hash of everything that shapes the SFT model (model, env/prompt format, SFT settings, seed)."""
-    parts = {"model": cfg.model.name_or_path, "sft": dataclasses.asdict(cfg.sft) | {"output_dir": ""},
-             "family": cfg.env.family, "kwargs": cfg.env.kwargs,
-             # eval_split picks held-out games only; SFT reads the train split
-             "task_kwargs": {k: v for k, v in cfg.env.task_kwargs.items() if k != "eval_split"},
-             "max_steps": cfg.env.max_steps, "history": cfg.env.history_length,
-             "prompt": cfg.rollout.max_prompt_tokens, "seed": cfg.seed, "task_seed": cfg.env.task_seed,
-             "version": 2}
+    parts = {
+        "model": cfg.model.name_or_path,
+        "sft": dataclasses.asdict(cfg.sft) | {"output_dir": ""},
+        "family": cfg.env.family,
+        "kwargs": cfg.env.kwargs,
+        # eval_split picks held-out games only; SFT reads the train split
+        "task_kwargs": {k: v for k, v in cfg.env.task_kwargs.items() if k != "eval_split"},
+        "max_steps": cfg.env.max_steps,
+        "history": cfg.env.history_length,
+        "prompt": cfg.rollout.max_prompt_tokens,
+        "seed": cfg.seed,
+        "task_seed": cfg.env.task_seed,
+        "version": 2,
+    }
     if cfg.model.name_or_path == "tiny":  # the alias names no weights: key on the build itself
         from gigpo.policy.tiny import TinyConfig, tiny_hash
 
@@ -160,22 +184,47 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     from gigpo.train.config import build_agent
 
     torch.manual_seed(cfg.seed)
-    model, tok = load_policy(cfg.model.name_or_path, device=cfg.model.device, dtype=cfg.model.dtype,
-                             cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
+    model, tok = load_policy(
+        cfg.model.name_or_path,
+        device=cfg.model.device,
+        dtype=cfg.model.dtype,
+        cache_dir=cfg.model.cache_dir or None,
+        seed=cfg.seed,
+    )
     agent = build_agent(cfg, tok)
-    tasks = make_tasks(cfg.env.family, "train", n=cfg.sft.episodes, seed=cfg.env.task_seed + 7919,
-                       **cfg.env.task_kwargs)
-    demos = collect_expert_demos(cfg.env.family, tasks, tok, agent, max_steps=cfg.env.max_steps,
-                                 env_kwargs=cfg.env.kwargs,
-                                 with_allowed=cfg.rollout.constrain_actions, think=cfg.sft.think,
-                                 relabel=cfg.sft.relabel, seed=cfg.seed)
+    tasks = make_tasks(
+        cfg.env.family, "train", n=cfg.sft.episodes, seed=cfg.env.task_seed + 7919, **cfg.env.task_kwargs
+    )
+    demos = collect_expert_demos(
+        cfg.env.family,
+        tasks,
+        tok,
+        agent,
+        max_steps=cfg.env.max_steps,
+        env_kwargs=cfg.env.kwargs,
+        with_allowed=cfg.rollout.constrain_actions,
+        think=cfg.sft.think,
+        relabel=cfg.sft.relabel,
+        seed=cfg.seed,
+    )
     if not demos:
-        raise SFTError(f"no expert demonstrations: the {cfg.env.family} expert won none of the {len(tasks)} "
-                       f"sft.episodes task(s) within env.max_steps={cfg.env.max_steps}; raise env.max_steps or "
-                       "sft.episodes, or check env.task_kwargs")
-    losses = sft_train(model, demos, epochs=cfg.sft.epochs, lr=cfg.sft.lr, batch_rows=cfg.sft.batch_rows,
-                       pad_token_id=tok.pad_token_id, seed=cfg.seed, progress=progress,
-                       prompt_weight=cfg.sft.prompt_loss_weight, warmup_steps=cfg.sft.warmup_steps)
+        raise SFTError(
+            f"no expert demonstrations: the {cfg.env.family} expert won none of the {len(tasks)} "
+            f"sft.episodes task(s) within env.max_steps={cfg.env.max_steps}; raise env.max_steps or "
+            "sft.episodes, or check env.task_kwargs"
+        )
+    losses = sft_train(
+        model,
+        demos,
+        epochs=cfg.sft.epochs,
+        lr=cfg.sft.lr,
+        batch_rows=cfg.sft.batch_rows,
+        pad_token_id=tok.pad_token_id,
+        seed=cfg.seed,
+        progress=progress,
+        prompt_weight=cfg.sft.prompt_loss_weight,
+        warmup_steps=cfg.sft.warmup_steps,
+    )
     out_dir = Path(out_dir)  # callers pass a temporary dir (build_sft_dir): the final name appears complete
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -196,8 +245,10 @@ def build_sft_dir(cfg, out: str | Path, *, progress: bool = True) -> tuple[Path,
     if out.exists():
         missing = model_dir_problems(out)
         if missing:
-            raise SFTError(f"{out} exists but is not a complete model directory (missing {', '.join(missing)}); "
-                           "remove it or choose another output path")
+            raise SFTError(
+                f"{out} exists but is not a complete model directory (missing {', '.join(missing)}); "
+                "remove it or choose another output path"
+            )
         return out, None
     stats: dict = {}
     build_atomic(out, lambda tmp: stats.update(run_sft(cfg, tmp, progress=progress)))

@@ -24,8 +24,14 @@ import numpy as np
 import torch
 
 from gigpo.batch import concat_batches, select_trajectories
-from gigpo.train.checkpoint import (best_checkpoint, load_checkpoint, load_latest, pin_best, save_checkpoint,
-                                    set_rng_state)
+from gigpo.train.checkpoint import (
+    best_checkpoint,
+    load_checkpoint,
+    load_latest,
+    pin_best,
+    save_checkpoint,
+    set_rng_state,
+)
 from gigpo.train.config import Config, build_agent, save_config
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
@@ -74,10 +80,12 @@ def step_group_metrics(step_groups: np.ndarray) -> dict:
     st = step_group_stats(step_groups)
     if not st["num_groups"]:
         return {}
-    out = {"step_groups/num_groups": st["num_groups"],
-           "step_groups/share_rows_in_size_gt1": st["share_rows_in_groups_gt1"],
-           "step_groups/mean_size": st["mean_group_size"],
-           "step_groups/max_size": st["max_group_size"]}
+    out = {
+        "step_groups/num_groups": st["num_groups"],
+        "step_groups/share_rows_in_size_gt1": st["share_rows_in_groups_gt1"],
+        "step_groups/mean_size": st["mean_group_size"],
+        "step_groups/max_size": st["max_group_size"],
+    }
     for lo, hi, name in HIST_BINS:
         out[f"step_groups/hist_{name}"] = int(sum(c for size, c in st["size_hist"].items() if lo <= size <= hi))
     return out
@@ -87,8 +95,12 @@ def _stats(prefix: str, x) -> dict:
     x = np.asarray(x, dtype=np.float64)
     if not len(x):
         return {}
-    return {f"{prefix}/mean": float(x.mean()), f"{prefix}/std": float(x.std()),
-            f"{prefix}/min": float(x.min()), f"{prefix}/max": float(x.max())}
+    return {
+        f"{prefix}/mean": float(x.mean()),
+        f"{prefix}/std": float(x.std()),
+        f"{prefix}/min": float(x.min()),
+        f"{prefix}/max": float(x.max()),
+    }
 
 
 class RunStopped(RuntimeError):
@@ -157,8 +169,7 @@ class Trainer:
         self.start_hash = model_hash(model_path) if Path(model_path).is_dir() else ""
         if self.start_hash:
             print(f"start model: {model_path} (weights sha256 {self.start_hash[:16]})", flush=True)
-        kw = dict(device=cfg.model.device, dtype=cfg.model.dtype, cache_dir=cfg.model.cache_dir or None,
-                  seed=cfg.seed)
+        kw = dict(device=cfg.model.device, dtype=cfg.model.dtype, cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
         self.model, self.tokenizer = load_policy(model_path, lora={} if cfg.model.lora else None, **kw)
         self.ref_model = None
         if cfg.train.use_kl:  # frozen reference = the starting policy (docs/algorithm.md#loss)
@@ -174,21 +185,34 @@ class Trainer:
         n_val = g.val_tasks if g.val_every else 0
         if e.eval_tasks:
             pool = make_tasks(e.family, "eval", n=e.eval_tasks + n_val, seed=e.task_seed, **e.task_kwargs)
-            self.eval_pool, self.val_pool = pool[:e.eval_tasks], pool[e.eval_tasks:]
+            self.eval_pool, self.val_pool = pool[: e.eval_tasks], pool[e.eval_tasks :]
         else:
             pool = make_tasks(e.family, "eval", n=None, seed=e.task_seed, **e.task_kwargs)
             self.eval_pool, self.val_pool = (pool[:-n_val], pool[-n_val:]) if n_val else (pool, [])
         self.watchdog = Watchdog(g, select_by_val=bool(g.val_every))
         self.stop_reason: str | None = None
         step_timeout, reset_timeout = e.timeouts()
-        self.envs = GroupedEnvs(e.family, group_size=e.group_size, max_steps=e.max_steps,
-                                env_kwargs=e.kwargs, executor=e.executor,
-                                step_timeout=step_timeout, reset_timeout=reset_timeout)
-        self.eval_envs = GroupedEnvs(e.family, group_size=1, max_steps=e.max_steps,
-                                     env_kwargs=e.kwargs, executor=e.executor,
-                                     step_timeout=step_timeout, reset_timeout=reset_timeout)
-        self.updater = PolicyUpdater(self.model, cfg.train, pad_token_id=self.tokenizer.pad_token_id,
-                                     temperature=cfg.rollout.temperature)
+        self.envs = GroupedEnvs(
+            e.family,
+            group_size=e.group_size,
+            max_steps=e.max_steps,
+            env_kwargs=e.kwargs,
+            executor=e.executor,
+            step_timeout=step_timeout,
+            reset_timeout=reset_timeout,
+        )
+        self.eval_envs = GroupedEnvs(
+            e.family,
+            group_size=1,
+            max_steps=e.max_steps,
+            env_kwargs=e.kwargs,
+            executor=e.executor,
+            step_timeout=step_timeout,
+            reset_timeout=reset_timeout,
+        )
+        self.updater = PolicyUpdater(
+            self.model, cfg.train, pad_token_id=self.tokenizer.pad_token_id, temperature=cfg.rollout.temperature
+        )
         self.iteration = 0  # iterations completed
         found = load_latest(self.run_dir) if resume else None  # falls back past a corrupt newest one
         if resume and found is None:
@@ -205,9 +229,13 @@ class Trainer:
                 self.watchdog.load_state_dict(state["guard"]["watchdog"])
                 self.stop_reason = state["guard"]["stop_reason"]
             set_rng_state(state["rng"])
-        self.logger = MetricsLogger(self.run_dir, resume_after=self.iteration if resume else None,
-                                    tensorboard=cfg.log.tensorboard, wandb_project=cfg.log.wandb_project,
-                                    config=cfg)
+        self.logger = MetricsLogger(
+            self.run_dir,
+            resume_after=self.iteration if resume else None,
+            tensorboard=cfg.log.tensorboard,
+            wandb_project=cfg.log.wandb_project,
+            config=cfg,
+        )
 
     # ------------------------------------------------------------------ pieces
     def sample_tasks(self, iteration: int, round_: int = 0, k: int | None = None):
@@ -228,16 +256,26 @@ class Trainer:
 
     def advantages(self, batch):
         """Returns, penalty and estimator for ``batch``; returns (AdvantageResult, step_returns, scores)."""
-        from gigpo.advantages import (apply_invalid_action_penalty, compute_advantages, discounted_returns,
-                                      episode_scores)
+        from gigpo.advantages import (
+            apply_invalid_action_penalty,
+            compute_advantages,
+            discounted_returns,
+            episode_scores,
+        )
 
         a = self.cfg.algorithm
         returns = discounted_returns(batch.reward, batch.traj_id, a.gamma)
         scores = episode_scores(batch.reward, batch.traj_id)
         scores, step_returns = apply_invalid_action_penalty(scores, returns, batch.valid, a.invalid_action_penalty)
-        res = compute_advantages(a.estimator, scores=scores, step_returns=step_returns,
-                                 episode_ids=batch.episode_id, traj_ids=batch.traj_id,
-                                 anchors=batch.anchor, **a.estimator_options())
+        res = compute_advantages(
+            a.estimator,
+            scores=scores,
+            step_returns=step_returns,
+            episode_ids=batch.episode_id,
+            traj_ids=batch.traj_id,
+            anchors=batch.anchor,
+            **a.estimator_options(),
+        )
         return res, step_returns, scores
 
     def _rollout_round(self, it: int, round_: int, k: int):
@@ -246,8 +284,9 @@ class Trainer:
         cfg = self.cfg
         tasks = self.sample_tasks(it, round_, k)
         seed = iteration_seed(cfg.seed, it, 2 if round_ == 0 else 200 + round_)
-        batch = rollout(self.envs, tasks, self.generator, self.tokenizer, self.agent,
-                        self._params(cfg.rollout.temperature, seed))
+        batch = rollout(
+            self.envs, tasks, self.generator, self.tokenizer, self.agent, self._params(cfg.rollout.temperature, seed)
+        )
         errors = [r.error for r in self.envs.results() if r.failed and r.error]
         return batch, errors
 
@@ -289,25 +328,37 @@ class Trainer:
         n_failed = int(every.traj_failed.sum())
         if n_failed and n_failed * 2 > every.num_trajectories:
             first = errors[0] if errors else "no error message"
-            raise RunStopped(f"{n_failed} of {every.num_trajectories} episodes in iteration {it} ended in env "
-                             f"faults (first: {first}); fix the env (env.kwargs, env.executor, timeouts) and "
-                             f"resume with --resume {self.run_dir}")
+            raise RunStopped(
+                f"{n_failed} of {every.num_trajectories} episodes in iteration {it} ended in env "
+                f"faults (first: {first}); fix the env (env.kwargs, env.executor, timeouts) and "
+                f"resume with --resume {self.run_dir}"
+            )
         train = concat_batches(kept) if kept else select_trajectories(every, np.zeros(every.num_trajectories, bool))
         if cfg.train.dynamic_sampling and train.num_trajectories:
             eps = np.arange(int(train.traj_episode_id.max()) + 1)
             train = select_trajectories(train, (eps < want)[train.traj_episode_id])
-        counters = {"train/rollout_rounds": round_ + 1, "train/groups_sampled": n_groups,
-                    "train/groups_trained": int(train.traj_episode_id.max()) + 1 if train.num_trajectories else 0,
-                    "train/episodes_faulted": n_failed}
+        counters = {
+            "train/rollout_rounds": round_ + 1,
+            "train/groups_sampled": n_groups,
+            "train/groups_trained": int(train.traj_episode_id.max()) + 1 if train.num_trajectories else 0,
+            "train/episodes_faulted": n_failed,
+        }
         if cfg.train.dynamic_sampling:
             counters["train/groups_without_signal"] = n_groups - n_signal
         return every, train, counters
 
     def save(self, it: int, best: bool = False) -> None:
-        save_checkpoint(self.run_dir, it, {"model": self.model.state_dict(), "updater": self.updater.state_dict(),
-                                           "sampler": {"iteration": it, "pool_size": len(self.train_pool)},
-                                           "guard": {"watchdog": self.watchdog.state_dict(),
-                                                     "stop_reason": self.stop_reason}}, best=best)
+        save_checkpoint(
+            self.run_dir,
+            it,
+            {
+                "model": self.model.state_dict(),
+                "updater": self.updater.state_dict(),
+                "sampler": {"iteration": it, "pool_size": len(self.train_pool)},
+                "guard": {"watchdog": self.watchdog.state_dict(), "stop_reason": self.stop_reason},
+            },
+            best=best,
+        )
 
     def _pin_best(self, iteration: int) -> None:
         """Pin the checkpoint after ``iteration`` as best when it was kept (``log.save_every`` > 1
@@ -317,7 +368,7 @@ class Trainer:
             pin_best(self.run_dir, d.name)
         else:
             pinned = best_checkpoint(self.run_dir)
-            self.watchdog.best_iteration = int(pinned.name[len("iter_"):]) if pinned is not None else None
+            self.watchdog.best_iteration = int(pinned.name[len("iter_") :]) if pinned is not None else None
 
     def _roll_back(self, it: int, reason: str) -> dict:
         """Restore the best checkpoint, lower the lr; returns the event logged with tag ``guard``."""
@@ -325,13 +376,21 @@ class Trainer:
         self.model.load_state_dict(best["model"])
         self.updater.roll_back(best["updater"], self.cfg.guard.lr_factor)
         self.watchdog.rolled_back()
-        ev = {"event": "rollback", "reason": reason, "to_iteration": int(best["iteration"]),
-              "rollbacks": self.watchdog.rollbacks, "lr": self.updater.optimizer.param_groups[0]["lr"]}
+        ev = {
+            "event": "rollback",
+            "reason": reason,
+            "to_iteration": int(best["iteration"]),
+            "rollbacks": self.watchdog.rollbacks,
+            "lr": self.updater.optimizer.param_groups[0]["lr"],
+        }
         if self.watchdog.exhausted:
             self.stop_reason = f"{self.watchdog.rollbacks} rollbacks (guard.max_rollbacks); kept the best model"
             ev["stop"] = self.stop_reason
-        print(f"guard: iteration {it}: {reason}; rolled back to iteration {ev['to_iteration']}, lr now "
-              f"{ev['lr']:.3g}" + (f"; stopping: {self.stop_reason}" if "stop" in ev else ""), flush=True)
+        print(
+            f"guard: iteration {it}: {reason}; rolled back to iteration {ev['to_iteration']}, lr now "
+            f"{ev['lr']:.3g}" + (f"; stopping: {self.stop_reason}" if "stop" in ev else ""),
+            flush=True,
+        )
         return ev
 
     def train_iteration(self) -> dict:
@@ -380,16 +439,28 @@ class Trainer:
         m["train/rows_updated"] = n_rows
         m["guard/rollbacks"] = self.watchdog.rollbacks
         m["guard/lr_scale"] = self.updater.lr_scale
-        m.update({"tokens/response": int(resp_len.sum()), "tokens/prompt": int(sum(len(p) for p in batch.prompt_ids)),
-                  "tokens/response_mean": float(resp_len.mean()) if len(resp_len) else 0.0})
+        m.update(
+            {
+                "tokens/response": int(resp_len.sum()),
+                "tokens/prompt": int(sum(len(p) for p in batch.prompt_ids)),
+                "tokens/response_mean": float(resp_len.mean()) if len(resp_len) else 0.0,
+            }
+        )
         m.update(times)
         m["system/rss_gb"] = rss_gb()
         self.iteration = it
         if cfg.log.trajectories_every and it % cfg.log.trajectories_every == 0:
-            write_trajectories_jsonl(batch, self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
-                                     advantages={"A": res.advantages, "A_E": res.episode_advantages,
-                                                 "A_S": res.step_advantages, "step_group": res.step_groups,
-                                                 "step_return": step_returns})
+            write_trajectories_jsonl(
+                batch,
+                self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
+                advantages={
+                    "A": res.advantages,
+                    "A_E": res.episode_advantages,
+                    "A_S": res.step_advantages,
+                    "step_group": res.step_groups,
+                    "step_return": step_returns,
+                },
+            )
         # Log first, then checkpoint: a kill in between re-runs the iteration on resume, and the
         # logger drops lines past the checkpoint, so no iteration's record is lost or doubled.
         self.logger.log(m, iteration=it, tag="train")
@@ -413,12 +484,20 @@ class Trainer:
             prompts, responses = [prompts[i] for i in keep], [responses[i] for i in keep]
             adv_rows, old_sampled = np.asarray(res.advantages)[keep], [old_sampled[i] for i in keep]
             allowed = [allowed[i] for i in keep] if allowed is not None else None
-        lp_kw = dict(pad_token_id=self.tokenizer.pad_token_id, temperature=cfg.rollout.temperature,
-                     token_budget=cfg.train.micro_token_budget, allowed=allowed, autocast=cfg.train.autocast,
-                     pad_multiple=cfg.train.pad_multiple)
+        lp_kw = dict(
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=cfg.rollout.temperature,
+            token_budget=cfg.train.micro_token_budget,
+            allowed=allowed,
+            autocast=cfg.train.autocast,
+            pad_multiple=cfg.train.pad_multiple,
+        )
         t0 = time.perf_counter()
-        old = (old_sampled if cfg.rollout.reuse_sampling_logprobs
-               else batched_logprobs(self.model, prompts, responses, **lp_kw))
+        old = (
+            old_sampled
+            if cfg.rollout.reuse_sampling_logprobs
+            else batched_logprobs(self.model, prompts, responses, **lp_kw)
+        )
         times["time/old_logprob"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         ref = batched_logprobs(self.ref_model, prompts, responses, **lp_kw) if self.ref_model is not None else None
@@ -427,8 +506,13 @@ class Trainer:
         planted = _debug_lr(it)
         for g in self.updater.optimizer.param_groups if planted else ():
             g["lr"] = planted  # the update's scheduler step restores the configured lr after it
-        upd = self.updater.update(prompts, responses, adv_rows, old, ref, seed=iteration_seed(cfg.seed, it, 3),
-                                  allowed=allowed) if len(prompts) else {}
+        upd = (
+            self.updater.update(
+                prompts, responses, adv_rows, old, ref, seed=iteration_seed(cfg.seed, it, 3), allowed=allowed
+            )
+            if len(prompts)
+            else {}
+        )
         times["time/update"] = time.perf_counter() - t0
         return upd, len(prompts)
 
@@ -438,8 +522,14 @@ class Trainer:
 
         t0 = time.perf_counter()
         self.model.eval()
-        _, m = eval_rollout(self.eval_envs, pool, self.generator, self.tokenizer, self.agent,
-                            self._params(self.cfg.rollout.eval_temperature, seed))
+        _, m = eval_rollout(
+            self.eval_envs,
+            pool,
+            self.generator,
+            self.tokenizer,
+            self.agent,
+            self._params(self.cfg.rollout.eval_temperature, seed),
+        )
         return m, time.perf_counter() - t0
 
     def validate(self) -> dict:
@@ -469,8 +559,11 @@ class Trainer:
 
         cfg, result, pt = self.cfg, {}, self.phase_times
         if self.iteration >= cfg.train.iterations and (self.run_dir / "summary.json").exists():
-            print(f"the run in {self.run_dir} already finished at iteration {self.iteration}; to train on, "
-                  f"resume with a larger train.iterations", flush=True)
+            print(
+                f"the run in {self.run_dir} already finished at iteration {self.iteration}; to train on, "
+                f"resume with a larger train.iterations",
+                flush=True,
+            )
             return json.loads((self.run_dir / "summary.json").read_text())
         if cfg.log.eval_before and self.iteration == 0:
             result["before"] = self.evaluate("eval_before")
@@ -482,15 +575,20 @@ class Trainer:
                 vm = self.validate()
                 self.watchdog.observe_val(0, vm["val/success"])
                 self.logger.log(vm, iteration=0, tag="val")
-                print(f"validation before training: success {vm['val/success']:.3f} over "
-                      f"{len(self.val_pool)} tasks", flush=True)
+                print(
+                    f"validation before training: success {vm['val/success']:.3f} over {len(self.val_pool)} tasks",
+                    flush=True,
+                )
             self.save(0, best=True)
         t0 = time.perf_counter()
         while self.iteration < cfg.train.iterations and not self.stop_reason:
             m = self.train_iteration()
             print(iteration_summary(self.iteration, cfg.train.iterations, m), flush=True)
-            if (cfg.log.eval_every and self.iteration % cfg.log.eval_every == 0
-                    and self.iteration < cfg.train.iterations):
+            if (
+                cfg.log.eval_every
+                and self.iteration % cfg.log.eval_every == 0
+                and self.iteration < cfg.train.iterations
+            ):
                 self.evaluate()
         pt["train"] = time.perf_counter() - t0
         last_it, best_it = self.iteration, self.watchdog.best_iteration
@@ -504,8 +602,13 @@ class Trainer:
         pt["eval_after"] = result["after"]["time/eval"]
         if "before" in result:
             print_eval_comparison(result["before"], result["after"])
-        print_model_table(models, result, best_val=self.watchdog.best_val if cfg.guard.val_every else None,
-                          rollbacks=self.watchdog.rollbacks, stop_reason=self.stop_reason)
+        print_model_table(
+            models,
+            result,
+            best_val=self.watchdog.best_val if cfg.guard.val_every else None,
+            rollbacks=self.watchdog.rollbacks,
+            stop_reason=self.stop_reason,
+        )
         self.logger.close()
         write_json(self.run_dir / "phases.json", pt)
         print("wall seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in pt.items()), flush=True)
@@ -527,12 +630,21 @@ class Trainer:
         if before is None:  # a resumed run evaluated its start in an earlier process
             lines = [json.loads(x) for x in (self.run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
             before = next((x.get("eval/success") for x in lines if x.get("tag") == "eval_before"), None)
-        out = {"start_model": str(self.model_path), "start_model_sha256": self.start_hash,
-               "success_before": before, "success_final": g("after"), "success_last": g("last"),
-               "models": models, "best_val_success": (self.watchdog.best_val if self.cfg.guard.val_every
-                                                      and self.watchdog.best_val > float("-inf") else None),
-               "rollbacks": self.watchdog.rollbacks, "stop_reason": self.stop_reason,
-               "iterations": self.iteration, "phases": self.phase_times}
+        out = {
+            "start_model": str(self.model_path),
+            "start_model_sha256": self.start_hash,
+            "success_before": before,
+            "success_final": g("after"),
+            "success_last": g("last"),
+            "models": models,
+            "best_val_success": (
+                self.watchdog.best_val if self.cfg.guard.val_every and self.watchdog.best_val > float("-inf") else None
+            ),
+            "rollbacks": self.watchdog.rollbacks,
+            "stop_reason": self.stop_reason,
+            "iterations": self.iteration,
+            "phases": self.phase_times,
+        }
         write_json(self.run_dir / "summary.json", out)
         return self.run_dir / "summary.json"
 
@@ -573,8 +685,10 @@ class Trainer:
 
 def _print_eval_line(label: str, m: dict) -> None:
     n = m.get("eval/num_trajectories", 0)
-    print(f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks "
-          f"({m.get('time/eval', 0):.0f}s)", flush=True)
+    print(
+        f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks ({m.get('time/eval', 0):.0f}s)",
+        flush=True,
+    )
 
 
 def _entropy_estimate(batch) -> float:

@@ -57,9 +57,18 @@ def autocast_context(model, mode: str):
 
 
 @torch.no_grad()
-def batched_logprobs(model, prompts, responses, *, pad_token_id: int, temperature: float,
-                     token_budget: int, allowed=None, autocast: str = "none",
-                     pad_multiple: int = 1) -> list[np.ndarray]:
+def batched_logprobs(
+    model,
+    prompts,
+    responses,
+    *,
+    pad_token_id: int,
+    temperature: float,
+    token_budget: int,
+    allowed=None,
+    autocast: str = "none",
+    pad_multiple: int = 1,
+) -> list[np.ndarray]:
     """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
     ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None;
     ``autocast``: ``train.autocast``; ``pad_multiple``: ``train.pad_multiple``."""
@@ -69,9 +78,15 @@ def batched_logprobs(model, prompts, responses, *, pad_token_id: int, temperatur
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
     for mb in token_budget_microbatches(lengths, token_budget):
         with autocast_context(model, autocast):
-            lp, _, _ = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                      pad_token_id=pad_token_id, temperature=temperature, pad_multiple=pad_multiple,
-                                      allowed=[allowed[i] for i in mb] if allowed is not None else None)
+            lp, _, _ = token_logprobs(
+                model,
+                [prompts[i] for i in mb],
+                [responses[i] for i in mb],
+                pad_token_id=pad_token_id,
+                temperature=temperature,
+                pad_multiple=pad_multiple,
+                allowed=[allowed[i] for i in mb] if allowed is not None else None,
+            )
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
             out[i] = lp[j, : len(responses[i])].copy()
@@ -111,8 +126,12 @@ class PolicyUpdater:
         return self.lr_scale
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                "bad_updates": self.bad_updates, "lr_scale": self.lr_scale}
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "bad_updates": self.bad_updates,
+            "lr_scale": self.lr_scale,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -143,8 +162,7 @@ class PolicyUpdater:
             g["lr"] = g["initial_lr"] * factor
         self.scheduler._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
-    def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0,
-               allowed=None) -> dict:
+    def update(self, prompts, responses, advantages, old_logp, ref_logp=None, *, seed: int = 0, allowed=None) -> dict:
         """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md).
         ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None."""
         cfg, model = self.cfg, self.model
@@ -157,7 +175,7 @@ class PolicyUpdater:
         for _epoch in range(cfg.ppo_epochs):
             order = rng.permutation(n)
             for start in range(0, n, cfg.mini_batch_rows):
-                rows = order[start: start + cfg.mini_batch_rows]
+                rows = order[start : start + cfg.mini_batch_rows]
                 ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed)
                 skipped += 0 if ok else 1
         self.scheduler.step()
@@ -174,18 +192,35 @@ class PolicyUpdater:
         finite = True
         for mb in mbs:
             with autocast_context(model, cfg.autocast):
-                lp, ent, mask = token_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb],
-                                               pad_token_id=self.pad_token_id, temperature=self.temperature,
-                                               with_entropy=cfg.entropy_coef > 0, pad_multiple=cfg.pad_multiple,
-                                               allowed=[allowed[i] for i in mb] if allowed is not None else None)
+                lp, ent, mask = token_logprobs(
+                    model,
+                    [prompts[i] for i in mb],
+                    [responses[i] for i in mb],
+                    pad_token_id=self.pad_token_id,
+                    temperature=self.temperature,
+                    with_entropy=cfg.entropy_coef > 0,
+                    pad_multiple=cfg.pad_multiple,
+                    allowed=[allowed[i] for i in mb] if allowed is not None else None,
+                )
             width = lp.shape[1]
             old = _pad(old_logp, mb, width, dev)
             ref = _pad(ref_logp, mb, width, dev) if ref_logp is not None else None
             a = torch.as_tensor(adv[mb], device=dev)  # (B,) broadcast over tokens in the loss
-            loss, m = actor_loss(lp, old, a, mask, entropy=ent, ref_logp=ref, clip_low=cfg.clip_low,
-                                 clip_high=cfg.clip_high, dual_clip_c=cfg.dual_clip_c,
-                                 agg_mode=cfg.loss_agg_mode, entropy_coef=cfg.entropy_coef,
-                                 kl_type=cfg.kl_type, kl_coef=cfg.kl_coef if ref is not None else 0.0)
+            loss, m = actor_loss(
+                lp,
+                old,
+                a,
+                mask,
+                entropy=ent,
+                ref_logp=ref,
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                dual_clip_c=cfg.dual_clip_c,
+                agg_mode=cfg.loss_agg_mode,
+                entropy_coef=cfg.entropy_coef,
+                kl_type=cfg.kl_type,
+                kl_coef=cfg.kl_coef if ref is not None else 0.0,
+            )
             if not torch.isfinite(loss):
                 finite = False
                 break
@@ -205,7 +240,8 @@ class PolicyUpdater:
             if self.bad_updates >= cfg.max_bad_updates:
                 raise TrainingDiverged(
                     f"{self.bad_updates} consecutive updates had a non-finite loss or gradient; stopping. "
-                    "Lower train.lr, check the model dtype (float32 is safest), or raise train.max_bad_updates.")
+                    "Lower train.lr, check the model dtype (float32 is safest), or raise train.max_bad_updates."
+                )
             return False
         self.bad_updates = 0
         self.optimizer.step()

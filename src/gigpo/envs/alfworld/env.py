@@ -45,8 +45,13 @@ class AlfworldEnv:
 
     family = "alfworld"
 
-    def __init__(self, reward_scale: float = 10.0, cache_dir: str | os.PathLike | None = None,
-                 expert: str = "handcoded", data_dir: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self,
+        reward_scale: float = 10.0,
+        cache_dir: str | os.PathLike | None = None,
+        expert: str = "handcoded",
+        data_dir: str | os.PathLike | None = None,
+    ) -> None:
         if expert not in ("handcoded", "planner"):
             raise ValueError(f"expert must be 'handcoded' or 'planner', got {expert!r}")
         _speedups.apply()

@@ -52,7 +52,8 @@ STATIC_RECEPTACLES = sorted((set(C.RECEPTACLES) | {"SinkBasin", "BathtubBasin"})
 CAN_CONTAIN = {r: set(objs) for r, objs in C.VAL_RECEPTACLE_OBJECTS.items()}
 # Objects the agent can pick up: anything some static receptacle can hold (no slices, no lamps).
 PICKUPABLE = sorted(
-    {o for r in STATIC_RECEPTACLES for o in CAN_CONTAIN.get(r, ())} - set(LAMPS)
+    {o for r in STATIC_RECEPTACLES for o in CAN_CONTAIN.get(r, ())}
+    - set(LAMPS)
     - {o for o in C.OBJECTS_WSLICED if o.endswith("Sliced")}
 )
 # Where lamps stand (ToggleObject needs the lamp `inReceptacle` of a receptacle at the agent's place).
@@ -89,8 +90,10 @@ class GameSpec:
 
     def __post_init__(self) -> None:
         if self.max_receptacles < 1 or self.max_distractors < 0:
-            raise ValueError(f"GameSpec: max_receptacles must be >= 1 and max_distractors >= 0, got "
-                             f"{self.max_receptacles} and {self.max_distractors}")
+            raise ValueError(
+                f"GameSpec: max_receptacles must be >= 1 and max_distractors >= 0, got "
+                f"{self.max_receptacles} and {self.max_distractors}"
+            )
 
     @property
     def task_id(self) -> str:
@@ -115,7 +118,7 @@ def scene_catalog() -> dict[int, dict]:
     """Per FloorPlan: room type, static receptacle types, openable instance counts, object types."""
     out = {}
     for path in sorted(LAYOUT_DIR.glob("FloorPlan*-objects.json")):
-        scene = int(path.name[len("FloorPlan"):].split("-")[0])
+        scene = int(path.name[len("FloorPlan") :].split("-")[0])
         types = set(json.loads(path.read_text()))
         openable_path = LAYOUT_DIR / f"FloorPlan{scene}-openable.json"
         openable = json.loads(openable_path.read_text()) if openable_path.exists() else {}
@@ -154,9 +157,11 @@ def scene_combos(scene: int) -> list[tuple[str, str, str]]:
                     if _holders(o, receps):
                         combos.append((tt, o, lamp))
             continue
-        tool = {"pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
-                "pick_heat_then_place_in_recep": ("Microwave", "Heatable"),
-                "pick_cool_then_place_in_recep": ("Fridge", "Coolable")}.get(tt)
+        tool = {
+            "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable"),
+            "pick_heat_then_place_in_recep": ("Microwave", "Heatable"),
+            "pick_cool_then_place_in_recep": ("Fridge", "Coolable"),
+        }.get(tt)
         for o in objs:
             if tool and (tool[0] not in receps or o not in C.VAL_ACTION_OBJECTS[tool[1]]):
                 continue
@@ -216,8 +221,11 @@ def build_layout(spec: GameSpec) -> dict:
     rng = random.Random(int(hashlib.sha256(spec.task_id.encode()).hexdigest()[:16], 16))
     # Receptacles: always the task's tools and target, then others until MAX_RECEPTACLES.
     needed = {spec.recep} if spec.task_type != "look_at_obj_in_light" else set()
-    needed |= {"pick_clean_then_place_in_recep": {"SinkBasin"}, "pick_heat_then_place_in_recep": {"Microwave"},
-               "pick_cool_then_place_in_recep": {"Fridge"}}.get(spec.task_type, set())
+    needed |= {
+        "pick_clean_then_place_in_recep": {"SinkBasin"},
+        "pick_heat_then_place_in_recep": {"Microwave"},
+        "pick_cool_then_place_in_recep": {"Fridge"},
+    }.get(spec.task_type, set())
     first = set(needed)
     if spec.max_receptacles < MAX_RECEPTACLES:
         # A small room must still hold the target somewhere it may start (and a lamp holder).
@@ -276,8 +284,12 @@ def build_problem(spec: GameSpec, layout: dict) -> str:
     # Only the types present (the official files list all ~110): grounding in Fast Downward
     # scales with the object count, and absent types can match nothing anyway.
     otypes = sorted({t for _, t, _ in objects})
-    lines = ["(define (problem plan_gigpo_%s)" % spec.task_id.replace("-", "_"), "(:domain alfred)", "(:objects",
-             "agent1 - agent"]
+    lines = [
+        "(define (problem plan_gigpo_%s)" % spec.task_id.replace("-", "_"),
+        "(:domain alfred)",
+        "(:objects",
+        "agent1 - agent",
+    ]
     lines += [f"        {t}Type - otype" for t in otypes]
     lines += [f"        {t}Type - rtype" for t in sorted({t for _, t, _ in receps})]
     lines += [f"        {oid} - object" for oid, _, _ in objects]
@@ -296,8 +308,12 @@ def build_problem(spec: GameSpec, layout: dict) -> str:
             init.append(f"(pickupable {oid})")
         if t in C.MOVABLE_RECEPTACLES_SET:
             init.append(f"(isReceptacleObject {oid})")
-        for flag, group in (("cleanable", "Cleanable"), ("heatable", "Heatable"), ("coolable", "Coolable"),
-                            ("toggleable", "Toggleable")):
+        for flag, group in (
+            ("cleanable", "Cleanable"),
+            ("heatable", "Heatable"),
+            ("coolable", "Coolable"),
+            ("toggleable", "Toggleable"),
+        ):
             if t in C.VAL_ACTION_OBJECTS[group]:
                 init.append(f"({flag} {oid})")
         init.append(f"(inReceptacle {oid} {rid})")

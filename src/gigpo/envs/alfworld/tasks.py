@@ -67,8 +67,10 @@ def _select(items: list, types: Sequence[str], type_of, n, seed, weights, what: 
     rng.shuffle(items)
     if weights is not None:
         if len(weights) != len(types) or any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ValueError(f"task_weights must be {len(types)} non-negative numbers (one per task type "
-                             f"{list(types)}), got {weights!r}")
+            raise ValueError(
+                f"task_weights must be {len(types)} non-negative numbers (one per task type "
+                f"{list(types)}), got {weights!r}"
+            )
         pools = {t: [x for x in items if type_of(x) == t] for t in types}
         total = n if n is not None else sum(len(p) for p in pools.values())
         picked = []
@@ -82,15 +84,25 @@ def _select(items: list, types: Sequence[str], type_of, n, seed, weights, what: 
         if n < 0:
             raise ValueError(f"n must be >= 0 or None, got {n}")
         if n > len(items):
-            raise ValueError(f"asked for n={n} {what} tasks but the split has only {len(items)}; "
-                             f"lower n, widen task_types, or raise variants")
+            raise ValueError(
+                f"asked for n={n} {what} tasks but the split has only {len(items)}; "
+                f"lower n, widen task_types, or raise variants"
+            )
         items = items[:n]
     return items
 
 
-def generated_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None, task_weights=None,
-                    variants: int = 1, max_receptacles: int | None = None,
-                    max_distractors: int | None = None, eval_split: str = "valid_unseen") -> list[Task]:
+def generated_tasks(
+    split: str,
+    n: int | None = None,
+    seed: int = 0,
+    task_types=None,
+    task_weights=None,
+    variants: int = 1,
+    max_receptacles: int | None = None,
+    max_distractors: int | None = None,
+    eval_split: str = "valid_unseen",
+) -> list[Task]:
     from dataclasses import asdict, replace
 
     if eval_split not in EVAL_SPLITS:
@@ -101,13 +113,16 @@ def generated_tasks(split: str, n: int | None = None, seed: int = 0, task_types=
     if seen:
         specs = [replace(s, variant=s.variant + SEEN_VARIANT_OFFSET) for s in specs]
     specs = _select(specs, types, lambda s: s.task_type, n, seed, task_weights, f"generated {split}")
-    size = {k: v for k, v in (("max_receptacles", max_receptacles), ("max_distractors", max_distractors))
-            if v is not None}
+    size = {
+        k: v for k, v in (("max_receptacles", max_receptacles), ("max_distractors", max_distractors)) if v is not None
+    }
     if size:
         specs = [replace(s, **size) for s in specs]
 
-    return [Task(family="alfworld", task_id=s.task_id, split=split, task_type=s.task_type,
-                 data={"spec": asdict(s)}) for s in specs]
+    return [
+        Task(family="alfworld", task_id=s.task_id, split=split, task_type=s.task_type, data={"spec": asdict(s)})
+        for s in specs
+    ]
 
 
 def official_root(data_dir: str | os.PathLike) -> Path:
@@ -115,8 +130,10 @@ def official_root(data_dir: str | os.PathLike) -> Path:
     for cand in (root / "json_2.1.1", root):
         if any((cand / s).is_dir() for s in OFFICIAL_SPLITS):
             return cand
-    raise FileNotFoundError(f"no ALFWorld games under {root}: expected {root}/json_2.1.1/{{train,valid_seen,"
-                            f"valid_unseen}}/<task>/<trial>/game.tw-pddl (run alfworld-download there)")
+    raise FileNotFoundError(
+        f"no ALFWorld games under {root}: expected {root}/json_2.1.1/{{train,valid_seen,"
+        f"valid_unseen}}/<task>/<trial>/game.tw-pddl (run alfworld-download there)"
+    )
 
 
 def _has_official_games(data_dir: str) -> bool:
@@ -129,8 +146,9 @@ def _has_official_games(data_dir: str) -> bool:
         return False
 
 
-def official_tasks(split: str, data_dir, n=None, seed=0, task_types=None, task_weights=None,
-                   eval_split: str = "valid_unseen") -> list[Task]:
+def official_tasks(
+    split: str, data_dir, n=None, seed=0, task_types=None, task_weights=None, eval_split: str = "valid_unseen"
+) -> list[Task]:
     if eval_split not in OFFICIAL_SPLITS:
         raise ValueError(f"eval_split must be one of {OFFICIAL_SPLITS}, got {eval_split!r}")
     types = _check_types(task_types)
@@ -144,16 +162,32 @@ def official_tasks(split: str, data_dir, n=None, seed=0, task_types=None, task_w
         if task_type not in types or not json.loads(game.read_text()).get("solvable", False):
             continue
         rel = traj_path.parent.relative_to(base)
-        found.append(Task(family="alfworld", task_id=str(rel), split=split, task_type=task_type,
-                          data={"game_file": str(game.resolve())}))
+        found.append(
+            Task(
+                family="alfworld",
+                task_id=str(rel),
+                split=split,
+                task_type=task_type,
+                data={"game_file": str(game.resolve())},
+            )
+        )
     if not found:
         raise FileNotFoundError(f"no solvable games of types {list(types)} under {base}")
     return _select(found, types, lambda t: t.task_type, n, seed, task_weights, f"official {split}")
 
 
-def make_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None, data_dir=None,
-               task_weights=None, variants: int = 1, eval_split: str = "valid_unseen",
-               max_receptacles: int | None = None, max_distractors: int | None = None) -> list[Task]:
+def make_tasks(
+    split: str,
+    n: int | None = None,
+    seed: int = 0,
+    task_types=None,
+    data_dir=None,
+    task_weights=None,
+    variants: int = 1,
+    eval_split: str = "valid_unseen",
+    max_receptacles: int | None = None,
+    max_distractors: int | None = None,
+) -> list[Task]:
     """ALFWorld tasks of ``split``; official games when ``data_dir`` or ``$ALFWORLD_DATA`` is set.
 
     ``eval_split``: which games ``eval`` means, ``valid_unseen`` (default) or ``valid_seen`` (the
@@ -170,5 +204,6 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, task_types=None,
         data_dir = os.environ["ALFWORLD_DATA"]
     if data_dir:
         return official_tasks(split, data_dir, n, seed, task_types, task_weights, eval_split)
-    return generated_tasks(split, n, seed, task_types, task_weights, variants, max_receptacles, max_distractors,
-                           eval_split)
+    return generated_tasks(
+        split, n, seed, task_types, task_weights, variants, max_receptacles, max_distractors, eval_split
+    )

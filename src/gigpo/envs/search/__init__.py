@@ -16,14 +16,26 @@ import os
 from gigpo.envs.search.data import load_parquet_tasks, make_tasks
 from gigpo.envs.search.em import exact_match, normalize_answer
 from gigpo.envs.search.env import INVALID_ACTION_MESSAGE, SearchEnv, parse_action
-from gigpo.envs.search.retrievers import (BM25Retriever, HTTPRetriever, Retriever, RetrieverError,
-                                          format_docs, load_corpus_jsonl)
+from gigpo.envs.search.retrievers import (
+    BM25Retriever,
+    HTTPRetriever,
+    Retriever,
+    RetrieverError,
+    format_docs,
+    load_corpus_jsonl,
+)
 from gigpo.envs.search.world import generate_world
 
 
-def make_retriever(corpus_path: str | os.PathLike | None = None, url: str | None = None,
-                   world_seed: int = 0, timeout: float = 60.0, retries: int = 2, backoff: float = 1.0,
-                   cache_dir: str | os.PathLike | None = "default") -> Retriever:
+def make_retriever(
+    corpus_path: str | os.PathLike | None = None,
+    url: str | None = None,
+    world_seed: int = 0,
+    timeout: float = 60.0,
+    retries: int = 2,
+    backoff: float = 1.0,
+    cache_dir: str | os.PathLike | None = "default",
+) -> Retriever:
     """``HTTPRetriever(url)`` if ``url``; else BM25 over ``corpus_path`` (JSONL) or the generated world."""
     if url and corpus_path:
         raise ValueError("give either url= (a retrieval server) or corpus_path= (a local JSONL corpus), not both")
@@ -34,9 +46,17 @@ def make_retriever(corpus_path: str | os.PathLike | None = None, url: str | None
     return BM25Retriever(generate_world(world_seed).docs)  # ~0.1 s to index; memory cache only
 
 
-def make_env(corpus_path: str | os.PathLike | None = None, url: str | None = None, topk: int = 3,
-             world_seed: int = 0, timeout: float = 60.0, retries: int = 2, backoff: float = 1.0,
-             cache_dir: str | os.PathLike | None = "default", retriever: Retriever | None = None) -> SearchEnv:
+def make_env(
+    corpus_path: str | os.PathLike | None = None,
+    url: str | None = None,
+    topk: int = 3,
+    world_seed: int = 0,
+    timeout: float = 60.0,
+    retries: int = 2,
+    backoff: float = 1.0,
+    cache_dir: str | os.PathLike | None = "default",
+    retriever: Retriever | None = None,
+) -> SearchEnv:
     """A ``SearchEnv``.
 
     Args:
@@ -56,7 +76,21 @@ def make_env(corpus_path: str | os.PathLike | None = None, url: str | None = Non
     return SearchEnv(retriever, topk=topk, world_seed=world_seed if generated else None)
 
 
-__all__ = ["BM25Retriever", "HTTPRetriever", "INVALID_ACTION_MESSAGE", "Retriever", "RetrieverError",
-           "SearchEnv", "exact_match", "format_docs", "generate_world", "load_corpus_jsonl",
-           "load_parquet_tasks", "make_env", "make_retriever", "make_tasks", "normalize_answer",
-           "parse_action"]
+__all__ = [
+    "BM25Retriever",
+    "HTTPRetriever",
+    "INVALID_ACTION_MESSAGE",
+    "Retriever",
+    "RetrieverError",
+    "SearchEnv",
+    "exact_match",
+    "format_docs",
+    "generate_world",
+    "load_corpus_jsonl",
+    "load_parquet_tasks",
+    "make_env",
+    "make_retriever",
+    "make_tasks",
+    "normalize_answer",
+    "parse_action",
+]

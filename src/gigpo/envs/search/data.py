@@ -41,8 +41,10 @@ def load_parquet_tasks(path: str | os.PathLike, split: str) -> list[Task]:
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"search data file {path} not found (expected Search-R1's parquet, "
-                                "with columns question and golden_answers)")
+        raise FileNotFoundError(
+            f"search data file {path} not found (expected Search-R1's parquet, "
+            "with columns question and golden_answers)"
+        )
     rows = pq.read_table(path).to_pylist()
     tasks = []
     for n, row in enumerate(rows):
@@ -54,28 +56,56 @@ def load_parquet_tasks(path: str | os.PathLike, split: str) -> list[Task]:
             gt = (row.get("reward_model") or {}).get("ground_truth") or {}
             answers = _as_list(gt.get("target") if isinstance(gt, dict) else gt)
         if not question or not answers:
-            raise ValueError(f"{path} row {n}: needs a 'question' and non-empty 'golden_answers' "
-                             f"(or reward_model.ground_truth.target); columns are {sorted(row)}")
+            raise ValueError(
+                f"{path} row {n}: needs a 'question' and non-empty 'golden_answers' "
+                f"(or reward_model.ground_truth.target); columns are {sorted(row)}"
+            )
         question = str(question).strip()
         if not question.endswith("?"):
             question += "?"  # as Search-R1's make_prefix does
         source = str(row.get("data_source") or "")
         rid = row.get("id") if row.get("id") is not None else (row.get("extra_info") or {}).get("index", n)
-        tasks.append(Task("search", f"{source or 'data'}:{rid}", split, _task_type(source),
-                          {"question": question, "golden_answers": answers, "data_source": source}))
+        tasks.append(
+            Task(
+                "search",
+                f"{source or 'data'}:{rid}",
+                split,
+                _task_type(source),
+                {"question": question, "golden_answers": answers, "data_source": source},
+            )
+        )
     return tasks
 
 
 def generated_tasks(split: str, world_seed: int = 0) -> list[Task]:
     """The generated world's questions of ``split`` in generation order."""
-    return [Task("search", q.qid, split, q.task_type,
-                 {"question": q.question, "golden_answers": list(q.answers), "data_source": "synthetic",
-                  "hops": [list(h) for h in q.hops], "world_seed": world_seed})
-            for q in generate_world(world_seed).questions if q.split == split]
+    return [
+        Task(
+            "search",
+            q.qid,
+            split,
+            q.task_type,
+            {
+                "question": q.question,
+                "golden_answers": list(q.answers),
+                "data_source": "synthetic",
+                "hops": [list(h) for h in q.hops],
+                "world_seed": world_seed,
+            },
+        )
+        for q in generate_world(world_seed).questions
+        if q.split == split
+    ]
 
 
-def make_tasks(split: str, n: int | None = None, seed: int = 0, data_path: str | os.PathLike | None = None,
-               world_seed: int = 0, task_type: str | None = None) -> list[Task]:
+def make_tasks(
+    split: str,
+    n: int | None = None,
+    seed: int = 0,
+    data_path: str | os.PathLike | None = None,
+    world_seed: int = 0,
+    task_type: str | None = None,
+) -> list[Task]:
     """Tasks for ``split``: from ``data_path`` (parquet) if given, else the generated world.
 
     Args:
@@ -91,7 +121,8 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, data_path: str |
     random.Random(seed).shuffle(tasks)
     if n is not None:
         if n < 0 or n > len(tasks):
-            raise ValueError(f"asked for n={n} search tasks but split {split!r} has {len(tasks)}; "
-                             "pass n=None for all or a smaller n")
+            raise ValueError(
+                f"asked for n={n} search tasks but split {split!r} has {len(tasks)}; pass n=None for all or a smaller n"
+            )
         tasks = tasks[:n]
     return tasks

@@ -34,8 +34,9 @@ from gigpo.envs.base import Task
 from gigpo.envs.search.em import exact_match
 from gigpo.envs.search.retrievers import Retriever, RetrieverError, format_docs
 
-_TAGS = {tag: (re.compile(f"<{tag}>", re.IGNORECASE), re.compile(f"</{tag}>", re.IGNORECASE))
-         for tag in ("search", "answer")}
+_TAGS = {
+    tag: (re.compile(f"<{tag}>", re.IGNORECASE), re.compile(f"</{tag}>", re.IGNORECASE)) for tag in ("search", "answer")
+}
 
 # Search-R1's message (search_r1/llm_agent/generation.py, execute_predictions), verbatim.
 INVALID_ACTION_MESSAGE = (
@@ -52,7 +53,7 @@ def parse_action(text: str) -> tuple[str, str]:
         # rescans to the end from every opening tag, seconds on 100 KB of "</search><search>...".
         opening, closing = _TAGS[tag]
         if (m := opening.search(text)) and (end := closing.search(text, m.end())):
-            return tag, text[m.end():end.start()].strip()
+            return tag, text[m.end() : end.start()].strip()
     return "invalid", ""
 
 
@@ -85,8 +86,10 @@ class SearchEnv:
             raise ValueError(f"search task {task.task_id!r} needs data['question'] and data['golden_answers']")
         ws = data.get("world_seed")
         if ws is not None and self.world_seed is not None and ws != self.world_seed:
-            raise ValueError(f"task {task.task_id!r} comes from generated world {ws} but this env searches "
-                             f"world {self.world_seed}; pass make_env(world_seed={ws}) or matching tasks")
+            raise ValueError(
+                f"task {task.task_id!r} comes from generated world {ws} but this env searches "
+                f"world {self.world_seed}; pass make_env(world_seed={ws}) or matching tasks"
+            )
         self.task, self.question = task, str(data["question"])
         self.golden = [str(a) for a in data["golden_answers"]]
         self.tool_calls, self.steps, self.done, self.score = 0, 0, False, 0.0
@@ -94,9 +97,16 @@ class SearchEnv:
 
     def _info(self, anchor: str, kind: str) -> dict:
         t = self.task
-        return {"won": self.score == 1.0, "score": self.score, "anchor": anchor,
-                "tool_calls": self.tool_calls, "action_kind": kind, "instruction": self.question,
-                "task_type": t.task_type if t else "", "data_source": t.data.get("data_source", "") if t else ""}
+        return {
+            "won": self.score == 1.0,
+            "score": self.score,
+            "anchor": anchor,
+            "tool_calls": self.tool_calls,
+            "action_kind": kind,
+            "instruction": self.question,
+            "task_type": t.task_type if t else "",
+            "data_source": t.data.get("data_source", "") if t else "",
+        }
 
     def _search(self, query: str) -> str:
         if not query:
@@ -142,11 +152,12 @@ class SearchEnv:
             if i == 0:
                 think = f"I need to find the answer to: {self.question} Let me search for it."
             else:
-                think = (f"The documents say the answer to the first part is {hops[i - 1][1]}. "
-                         f"Now I need to search for the next fact.")
+                think = (
+                    f"The documents say the answer to the first part is {hops[i - 1][1]}. "
+                    f"Now I need to search for the next fact."
+                )
             return f"<think>{think}</think>\n<search>{hops[i][0]}</search>"
-        return (f"<think>From the documents, the answer is {self.golden[0]}.</think>\n"
-                f"<answer>{self.golden[0]}</answer>")
+        return f"<think>From the documents, the answer is {self.golden[0]}.</think>\n<answer>{self.golden[0]}</answer>"
 
     def close(self) -> None:
         self.task, self.done = None, True

@@ -68,8 +68,10 @@ def load_corpus_jsonl(path: str | os.PathLike) -> list[dict]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"corpus file {path} not found; pass a JSONL file with one "
-                                '{"id": ..., "contents": "\\"Title\\"\\ntext"} object per line')
+        raise FileNotFoundError(
+            f"corpus file {path} not found; pass a JSONL file with one "
+            '{"id": ..., "contents": "\\"Title\\"\\ntext"} object per line'
+        )
     docs = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -181,8 +183,14 @@ class BM25Retriever:
                 if s <= 0:
                     continue
                 d = self.docs[int(i)]
-                hits.append({"id": d["id"], "title": split_contents(d["contents"])[0],
-                             "contents": d["contents"], "score": float(s)})
+                hits.append(
+                    {
+                        "id": d["id"],
+                        "title": split_contents(d["contents"])[0],
+                        "contents": d["contents"],
+                        "score": float(s),
+                    }
+                )
             out.append(hits)
         return out
 
@@ -206,8 +214,9 @@ class HTTPRetriever:
         backoff: seconds before retry i is ``backoff * i``.
     """
 
-    def __init__(self, url: str = "http://127.0.0.1:8000/retrieve", timeout: float = 60.0,
-                 retries: int = 2, backoff: float = 1.0):
+    def __init__(
+        self, url: str = "http://127.0.0.1:8000/retrieve", timeout: float = 60.0, retries: int = 2, backoff: float = 1.0
+    ):
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"retriever url must start with http:// or https://, got {url!r}")
         if timeout <= 0 or retries < 0 or backoff < 0:
@@ -220,8 +229,9 @@ class HTTPRetriever:
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * attempt)
-            req = urllib.request.Request(self.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                     return json.loads(resp.read().decode("utf-8"))
@@ -245,13 +255,16 @@ class HTTPRetriever:
         data = self._post({"queries": queries, "topk": topk, "return_scores": True})
         result = data.get("result") if isinstance(data, dict) else None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrieverError(f"retrieval server {self.url} answered without a 'result' list of "
-                                 f"{len(queries)} entries: {str(data)[:200]}")
+            raise RetrieverError(
+                f"retrieval server {self.url} answered without a 'result' list of "
+                f"{len(queries)} entries: {str(data)[:200]}"
+            )
         try:
             return self._hits(result)
         except (AttributeError, TypeError, ValueError) as e:
-            raise RetrieverError(f"retrieval server {self.url} answered malformed hits ({type(e).__name__}: {e}): "
-                                 f"{str(result)[:200]}") from None
+            raise RetrieverError(
+                f"retrieval server {self.url} answered malformed hits ({type(e).__name__}: {e}): {str(result)[:200]}"
+            ) from None
 
     @staticmethod
     def _hits(result: list) -> list[list[dict]]:
@@ -265,7 +278,13 @@ class HTTPRetriever:
                 contents = doc.get("contents")
                 if contents is None:
                     contents = f'"{doc.get("title", "")}"\n{doc.get("text", doc.get("content", ""))}'
-                hits.append({"id": str(doc.get("id", "")), "title": split_contents(contents)[0],
-                             "contents": contents, "score": float(item.get("score", 0.0) or 0.0)})
+                hits.append(
+                    {
+                        "id": str(doc.get("id", "")),
+                        "title": split_contents(contents)[0],
+                        "contents": contents,
+                        "score": float(item.get("score", 0.0) or 0.0),
+                    }
+                )
             out.append(hits)
         return out

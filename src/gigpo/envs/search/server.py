@@ -24,9 +24,9 @@ from gigpo.envs.search.retrievers import BM25Retriever, Retriever
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TOPK = 100
-MAX_QUERIES = 1024                    # per request; a training batch sends one query per episode
+MAX_QUERIES = 1024  # per request; a training batch sends one query per episode
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-REQUEST_TIMEOUT = 30.0                # seconds a client may stall mid-request before its socket is closed
+REQUEST_TIMEOUT = 30.0  # seconds a client may stall mid-request before its socket is closed
 
 
 class BadRequest(ValueError):
@@ -54,8 +54,9 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
     except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer with too many digits
         raise BadRequest(f"the body is not valid JSON ({e})") from None
     if not isinstance(req, dict):
-        raise BadRequest('the body must be a JSON object like {"queries": [...], "topk": k}, '
-                         f"got {type(req).__name__}")
+        raise BadRequest(
+            f'the body must be a JSON object like {{"queries": [...], "topk": k}}, got {type(req).__name__}'
+        )
     if "queries" in req:
         queries = req["queries"]
     elif "query" in req:
@@ -129,8 +130,13 @@ def _handler(retriever: Retriever, n_docs: int | None, default_topk: int, reques
                 return self._send(500, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
             size = sum(len(h["contents"]) + 64 for row in hits for h in row)  # a lower bound of the JSON size
             if size > MAX_RESPONSE_BYTES:
-                return self._send(400, {"error": f"bad request: the answer would exceed {MAX_RESPONSE_BYTES} bytes; "
-                                                 "send fewer queries or a smaller topk"})
+                return self._send(
+                    400,
+                    {
+                        "error": f"bad request: the answer would exceed {MAX_RESPONSE_BYTES} bytes; "
+                        "send fewer queries or a smaller topk"
+                    },
+                )
             docs = lambda row: [{"id": h["id"], "contents": h["contents"]} for h in row]  # noqa: E731
             if with_scores:
                 result = [[{"document": d, "score": h["score"]} for d, h in zip(docs(row), row)] for row in hits]
@@ -141,8 +147,13 @@ def _handler(retriever: Retriever, n_docs: int | None, default_topk: int, reques
     return Handler
 
 
-def make_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000,
-                default_topk: int = 3, timeout: float | None = REQUEST_TIMEOUT) -> ThreadingHTTPServer:
+def make_server(
+    retriever: Retriever,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    default_topk: int = 3,
+    timeout: float | None = REQUEST_TIMEOUT,
+) -> ThreadingHTTPServer:
     """A server bound to (host, port) (port 0: a free port, see ``server.server_address``); not started.
 
     ``timeout``: seconds a connection may sit idle or stall mid-request before it is closed.
@@ -153,8 +164,9 @@ def make_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000,
     return server
 
 
-def serve_in_thread(retriever: Retriever, host: str = "127.0.0.1", port: int = 0,
-                    timeout: float | None = REQUEST_TIMEOUT):
+def serve_in_thread(
+    retriever: Retriever, host: str = "127.0.0.1", port: int = 0, timeout: float | None = REQUEST_TIMEOUT
+):
     """Start a server in a daemon thread; returns ``(server, url)``. Stop with ``server.shutdown()``."""
     server = make_server(retriever, host, port, timeout=timeout)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -169,8 +181,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--topk", type=int, default=3, help="topk when a request does not give one")
-    ap.add_argument("--timeout", type=float, default=REQUEST_TIMEOUT,
-                    help="seconds a client may stall mid-request before its connection is closed")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=REQUEST_TIMEOUT,
+        help="seconds a client may stall mid-request before its connection is closed",
+    )
     args = ap.parse_args(argv)
     if args.corpus:
         retriever = BM25Retriever.from_jsonl(args.corpus)
@@ -179,8 +195,9 @@ def main(argv: list[str] | None = None) -> None:
 
         retriever = BM25Retriever(generate_world(args.world_seed).docs)
     server = make_server(retriever, args.host, args.port, args.topk, timeout=args.timeout)
-    print(f"serving {len(retriever.docs)} documents at http://{args.host}:{server.server_address[1]}/retrieve",
-          flush=True)
+    print(
+        f"serving {len(retriever.docs)} documents at http://{args.host}:{server.server_address[1]}/retrieve", flush=True
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

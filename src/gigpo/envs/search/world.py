@@ -24,16 +24,74 @@ import random
 import zlib
 from dataclasses import dataclass
 
-_ONSETS = ["b", "br", "d", "dr", "f", "g", "gr", "k", "kl", "l", "m", "n", "p", "qu", "r", "s",
-           "st", "t", "th", "tr", "v", "vr", "z", "sh", "h", "j"]
+_ONSETS = [
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "k",
+    "kl",
+    "l",
+    "m",
+    "n",
+    "p",
+    "qu",
+    "r",
+    "s",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "vr",
+    "z",
+    "sh",
+    "h",
+    "j",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "io", "ou", "y"]
 _CODAS = ["", "", "n", "r", "l", "s", "th", "m", "x", "nd", "rk"]
-_OCCUPATIONS = ["painter", "chemist", "novelist", "architect", "cartographer", "composer",
-                "engineer", "botanist", "sculptor", "economist", "astronomer", "physician"]
-_INDUSTRIES = ["shipping", "textile", "software", "mining", "publishing", "brewing",
-               "aerospace", "insurance", "glassworks", "robotics"]
-_ORG_SUFFIX = ["Dynamics", "Holdings", "Works", "Guild", "Institute", "Consortium", "Foundry",
-               "Collective", "Labs", "Trading Company"]
+_OCCUPATIONS = [
+    "painter",
+    "chemist",
+    "novelist",
+    "architect",
+    "cartographer",
+    "composer",
+    "engineer",
+    "botanist",
+    "sculptor",
+    "economist",
+    "astronomer",
+    "physician",
+]
+_INDUSTRIES = [
+    "shipping",
+    "textile",
+    "software",
+    "mining",
+    "publishing",
+    "brewing",
+    "aerospace",
+    "insurance",
+    "glassworks",
+    "robotics",
+]
+_ORG_SUFFIX = [
+    "Dynamics",
+    "Holdings",
+    "Works",
+    "Guild",
+    "Institute",
+    "Consortium",
+    "Foundry",
+    "Collective",
+    "Labs",
+    "Trading Company",
+]
 
 EVAL_FRACTION = 0.2
 
@@ -84,11 +142,11 @@ def _split_of(seed: int, subject_id: str) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def generate_world(seed: int = 0, n_countries: int = 24, n_cities: int = 240,
-                   n_orgs: int = 400, n_people: int = 1600) -> World:
+def generate_world(
+    seed: int = 0, n_countries: int = 24, n_cities: int = 240, n_orgs: int = 400, n_people: int = 1600
+) -> World:
     """Generate the world for ``seed`` (about 2,300 documents by default; well under a second)."""
-    for key, val in dict(n_countries=n_countries, n_cities=n_cities, n_orgs=n_orgs,
-                         n_people=n_people).items():
+    for key, val in dict(n_countries=n_countries, n_cities=n_cities, n_orgs=n_orgs, n_people=n_people).items():
         if val < 1:
             raise ValueError(f"generate_world: {key} must be >= 1, got {val}")
     rng = random.Random(seed)
@@ -102,66 +160,125 @@ def generate_world(seed: int = 0, n_countries: int = 24, n_cities: int = 240,
     cities = []
     for i in range(n_cities):
         name = fresh(lambda: word(rng.randint(2, 3)))
-        cities.append(dict(name=name, country=countries[i % n_countries], year=rng.randint(900, 1850),
-                           river=fresh(lambda: word(2))))
+        cities.append(
+            dict(
+                name=name, country=countries[i % n_countries], year=rng.randint(900, 1850), river=fresh(lambda: word(2))
+            )
+        )
     capital = {c["country"]: c["name"] for c in cities[:n_countries]}
     for i, c in enumerate(countries):
         add_doc("country", i, c, f"{c} is a country. Its capital city is {capital.get(c, 'disputed')}.")
     for i, c in enumerate(cities):
-        add_doc("city", i, c["name"], f"{c['name']} is a city in the country of {c['country']}. It lies "
-                f"on the {c['river']} river and was founded in {c['year']}.")
+        add_doc(
+            "city",
+            i,
+            c["name"],
+            f"{c['name']} is a city in the country of {c['country']}. It lies "
+            f"on the {c['river']} river and was founded in {c['year']}.",
+        )
 
     people = []
     for i in range(n_people):
         name = fresh(lambda: f"{word(rng.randint(1, 2))} {word(rng.randint(2, 3))}")
-        people.append(dict(name=name, city=rng.choice(cities)["name"], year=rng.randint(1850, 1999),
-                           job=rng.choice(_OCCUPATIONS)))
+        people.append(
+            dict(name=name, city=rng.choice(cities)["name"], year=rng.randint(1850, 1999), job=rng.choice(_OCCUPATIONS))
+        )
         p = people[-1]
         art = "an" if p["job"][0] in "aeiou" else "a"
-        add_doc("person", i, name, f"{name} is {art} {p['job']}. {name} was born in {p['year']} in the "
-                f"city of {p['city']}.")
+        add_doc(
+            "person", i, name, f"{name} is {art} {p['job']}. {name} was born in {p['year']} in the city of {p['city']}."
+        )
     city_country = {c["name"]: c["country"] for c in cities}
     orgs = []
     for i in range(n_orgs):
         name = fresh(lambda: f"{word(2)} {rng.choice(_ORG_SUFFIX)}")
         founder = people[rng.randrange(n_people)]
-        orgs.append(dict(name=name, founder=founder, year=founder["year"] + rng.randint(20, 60),
-                         city=rng.choice(cities)["name"], industry=rng.choice(_INDUSTRIES)))
+        orgs.append(
+            dict(
+                name=name,
+                founder=founder,
+                year=founder["year"] + rng.randint(20, 60),
+                city=rng.choice(cities)["name"],
+                industry=rng.choice(_INDUSTRIES),
+            )
+        )
         o = orgs[-1]
-        add_doc("org", i, name, f"{name} is {'an' if o['industry'][0] in 'aeiou' else 'a'} {o['industry']} "
-                f"organisation founded in {o['year']} by "
-                f"{founder['name']}. Its headquarters are in {o['city']}.")
+        add_doc(
+            "org",
+            i,
+            name,
+            f"{name} is {'an' if o['industry'][0] in 'aeiou' else 'a'} {o['industry']} "
+            f"organisation founded in {o['year']} by "
+            f"{founder['name']}. Its headquarters are in {o['city']}.",
+        )
 
     qs: list[Question] = []
 
     def q(template: str, subj: str, text: str, answer: str, hops) -> None:
-        qs.append(Question(f"{template}:{subj}", text, (answer,),
-                           "multi_hop" if len(hops) > 1 else "single_hop", _split_of(seed, subj),
-                           tuple(hops)))
+        qs.append(
+            Question(
+                f"{template}:{subj}",
+                text,
+                (answer,),
+                "multi_hop" if len(hops) > 1 else "single_hop",
+                _split_of(seed, subj),
+                tuple(hops),
+            )
+        )
 
     for i, p in enumerate(people):
         s = f"person-{i}"
         born = (f"where was {p['name']} born", p["city"])
         q("birthplace", s, f"Where was {p['name']} born?", p["city"], [born])
-        q("birth_year", s, f"In what year was {p['name']} born?", str(p["year"]),
-          [(f"{p['name']} birth year", str(p["year"]))])
+        q(
+            "birth_year",
+            s,
+            f"In what year was {p['name']} born?",
+            str(p["year"]),
+            [(f"{p['name']} birth year", str(p["year"]))],
+        )
         country = city_country[p["city"]]
-        q("birth_country", s, f"In which country was {p['name']} born?", country,
-          [born, (f"which country is {p['city']} in", country)])
+        q(
+            "birth_country",
+            s,
+            f"In which country was {p['name']} born?",
+            country,
+            [born, (f"which country is {p['city']} in", country)],
+        )
     for i, o in enumerate(orgs):
         s, f = f"org-{i}", o["founder"]
         who = (f"who founded {o['name']}", f["name"])
         q("founder", s, f"Who founded {o['name']}?", f["name"], [who])
         hq = (f"{o['name']} headquarters", o["city"])
         q("headquarters", s, f"In which city is {o['name']} headquartered?", o["city"], [hq])
-        q("founder_birthplace", s, f"Where was the founder of {o['name']} born?", f["city"],
-          [who, (f"where was {f['name']} born", f["city"])])
-        q("founder_birth_year", s, f"In what year was the founder of {o['name']} born?",
-          str(f["year"]), [who, (f"{f['name']} birth year", str(f["year"]))])
+        q(
+            "founder_birthplace",
+            s,
+            f"Where was the founder of {o['name']} born?",
+            f["city"],
+            [who, (f"where was {f['name']} born", f["city"])],
+        )
+        q(
+            "founder_birth_year",
+            s,
+            f"In what year was the founder of {o['name']} born?",
+            str(f["year"]),
+            [who, (f"{f['name']} birth year", str(f["year"]))],
+        )
         country = city_country[o["city"]]
-        q("headquarters_country", s, f"In which country is {o['name']} headquartered?", country,
-          [hq, (f"which country is {o['city']} in", country)])
+        q(
+            "headquarters_country",
+            s,
+            f"In which country is {o['name']} headquartered?",
+            country,
+            [hq, (f"which country is {o['city']} in", country)],
+        )
     for i, c in enumerate(cities):
-        q("city_country", f"city-{i}", f"In which country is the city of {c['name']}?", c["country"],
-          [(f"which country is {c['name']} in", c["country"])])
+        q(
+            "city_country",
+            f"city-{i}",
+            f"In which country is the city of {c['name']}?",
+            c["country"],
+            [(f"which country is {c['name']} in", c["country"])],
+        )
     return World(seed, tuple(docs), tuple(qs))

@@ -35,9 +35,16 @@ check), ``env`` (the env), ``tasks`` (generated, solver-certified, disjoint task
 
 from __future__ import annotations
 
-from gigpo.envs.sokoban.env import (BOX_OFF_TARGET_PENALTY, BOX_ON_TARGET_REWARD, INSTRUCTION,
-                                    INVALID_ACTION_MESSAGE, SOLVED_REWARD, STEP_PENALTY, SokobanEnv,
-                                    parse_action)
+from gigpo.envs.sokoban.env import (
+    BOX_OFF_TARGET_PENALTY,
+    BOX_ON_TARGET_REWARD,
+    INSTRUCTION,
+    INVALID_ACTION_MESSAGE,
+    SOLVED_REWARD,
+    STEP_PENALTY,
+    SokobanEnv,
+    parse_action,
+)
 from gigpo.envs.sokoban.room import ACTIONS, GRID_STYLES, LEGEND, Level, generate_level, parse_level
 from gigpo.envs.sokoban.solver import SolverError, is_corner_deadlock, solve
 from gigpo.envs.sokoban.tasks import DEFAULT_SIZES, layout_split, make_tasks
@@ -53,7 +60,26 @@ def make_env(grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) 
     return SokobanEnv(grid_style=grid_style, solver_max_nodes=solver_max_nodes)
 
 
-__all__ = ["ACTIONS", "BOX_OFF_TARGET_PENALTY", "BOX_ON_TARGET_REWARD", "DEFAULT_SIZES", "GRID_STYLES", "INSTRUCTION",
-           "INVALID_ACTION_MESSAGE", "LEGEND", "Level", "SOLVED_REWARD", "STEP_PENALTY", "SokobanEnv",
-           "SolverError", "generate_level", "is_corner_deadlock", "layout_split", "make_env", "make_tasks",
-           "parse_action", "parse_level", "solve"]
+__all__ = [
+    "ACTIONS",
+    "BOX_OFF_TARGET_PENALTY",
+    "BOX_ON_TARGET_REWARD",
+    "DEFAULT_SIZES",
+    "GRID_STYLES",
+    "INSTRUCTION",
+    "INVALID_ACTION_MESSAGE",
+    "LEGEND",
+    "Level",
+    "SOLVED_REWARD",
+    "STEP_PENALTY",
+    "SokobanEnv",
+    "SolverError",
+    "generate_level",
+    "is_corner_deadlock",
+    "layout_split",
+    "make_env",
+    "make_tasks",
+    "parse_action",
+    "parse_level",
+    "solve",
+]

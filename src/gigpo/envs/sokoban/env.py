@@ -16,13 +16,18 @@ from gigpo.envs.sokoban.solver import is_corner_deadlock, solve
 
 STEP_PENALTY, BOX_ON_TARGET_REWARD, BOX_OFF_TARGET_PENALTY, SOLVED_REWARD = -0.1, 1.0, -1.0, 10.0
 
-INVALID_ACTION_MESSAGE = ("Invalid action: the action must be exactly one of "
-                          + ", ".join(ACTIONS) + ". The room did not change.")
+INVALID_ACTION_MESSAGE = (
+    "Invalid action: the action must be exactly one of " + ", ".join(ACTIONS) + ". The room did not change."
+)
 
-INSTRUCTION = ("Push every box (X) onto a target (O); you win when all boxes are on targets. "
-               "You can only push boxes, not pull them, and only one at a time. Legend: "
-               + ", ".join(f"{k} {v}" for k, v in LEGEND.items())
-               + ". Actions: " + ", ".join(ACTIONS) + ".")
+INSTRUCTION = (
+    "Push every box (X) onto a target (O); you win when all boxes are on targets. "
+    "You can only push boxes, not pull them, and only one at a time. Legend: "
+    + ", ".join(f"{k} {v}" for k, v in LEGEND.items())
+    + ". Actions: "
+    + ", ".join(ACTIONS)
+    + "."
+)
 
 
 def parse_action(text: str) -> str | None:
@@ -62,12 +67,12 @@ class SokobanEnv:
 
     def reset(self, task: Task) -> tuple[str, dict]:
         if task.family != "sokoban":
-            raise ValueError(f"SokobanEnv got a task of family {task.family!r}; "
-                             "make it with make_tasks('sokoban', ...)")
+            raise ValueError(
+                f"SokobanEnv got a task of family {task.family!r}; make it with make_tasks('sokoban', ...)"
+            )
         room = task.data.get("room")
         if not room:
-            raise ValueError(f"sokoban task {task.task_id!r} needs data['room'] "
-                             "(the grid as a list of row strings)")
+            raise ValueError(f"sokoban task {task.task_id!r} needs data['room'] (the grid as a list of row strings)")
         level = parse_level(room)
         if self.level != level:
             self._expert = {}
@@ -88,12 +93,20 @@ class SokobanEnv:
         deadlock = is_corner_deadlock(self.level, self.boxes)
         self.deadlocked = self.deadlocked or deadlock
         t = self.task
-        return {"won": self.won, "score": 1.0 if self.won else 0.0, "anchor": grid,
-                "instruction": INSTRUCTION, "task_type": t.task_type if t else "",
-                "admissible_actions": list(ACTIONS), "invalid_action": invalid,
-                "deadlock": deadlock, "deadlocked": self.deadlocked,
-                "optimal_steps": self.optimal_steps, "steps": self.steps,
-                "boxes_on_target": len(self.boxes & self.level.targets)}
+        return {
+            "won": self.won,
+            "score": 1.0 if self.won else 0.0,
+            "anchor": grid,
+            "instruction": INSTRUCTION,
+            "task_type": t.task_type if t else "",
+            "admissible_actions": list(ACTIONS),
+            "invalid_action": invalid,
+            "deadlock": deadlock,
+            "deadlocked": self.deadlocked,
+            "optimal_steps": self.optimal_steps,
+            "steps": self.steps,
+            "boxes_on_target": len(self.boxes & self.level.targets),
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:
         if self.level is None:

@@ -25,20 +25,30 @@ import numpy as np
 
 # The text legend (verl-agent / RAGEN's Sokoban text render).
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#", "_", "O", "X", "√", "P", "S"
-LEGEND = {WALL: "wall", FLOOR: "floor", TARGET: "target", BOX: "box", BOX_ON_TARGET: "box on target",
-          PLAYER: "player", PLAYER_ON_TARGET: "player on target"}
+LEGEND = {
+    WALL: "wall",
+    FLOOR: "floor",
+    TARGET: "target",
+    BOX: "box",
+    BOX_ON_TARGET: "box on target",
+    PLAYER: "player",
+    PLAYER_ON_TARGET: "player on target",
+}
 ACTIONS = ("up", "down", "left", "right")
 GRID_STYLES = ("verl-agent", "compact")
 _DELTAS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 # gym-sokoban's five floor masks (room_topology_generation).
-_MASKS = np.array([
-    [[0, 0, 0], [1, 1, 1], [0, 0, 0]],
-    [[0, 1, 0], [0, 1, 0], [0, 1, 0]],
-    [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
-    [[0, 0, 0], [1, 1, 0], [1, 1, 0]],
-    [[0, 0, 0], [0, 1, 1], [0, 1, 0]],
-], dtype=bool)
+_MASKS = np.array(
+    [
+        [[0, 0, 0], [1, 1, 1], [0, 0, 0]],
+        [[0, 1, 0], [0, 1, 0], [0, 1, 0]],
+        [[0, 0, 0], [1, 1, 0], [0, 1, 0]],
+        [[0, 0, 0], [1, 1, 0], [1, 1, 0]],
+        [[0, 0, 0], [0, 1, 1], [0, 1, 0]],
+    ],
+    dtype=bool,
+)
 _WALK_DIRS = ((1, 0), (0, 1), (-1, 0), (0, -1))
 
 
@@ -60,8 +70,7 @@ class Level:
         dr, dc = _DELTAS[action]
         return dr * self.width + dc
 
-    def render(self, player: int | None = None, boxes: frozenset[int] | None = None,
-               style: str = "compact") -> str:
+    def render(self, player: int | None = None, boxes: frozenset[int] | None = None, style: str = "compact") -> str:
         """The grid as text rows (``\\n``-joined), for the given state (default: the start).
 
         ``style``: ``compact`` (one character a cell, ``parse_level``'s format) or ``verl-agent``
@@ -105,8 +114,10 @@ def parse_level(rows: list[str] | tuple[str, ...] | str) -> Level:
         for c, ch in enumerate(row):
             i = r * width + c
             if ch not in LEGEND:
-                raise ValueError(f"row {r} col {c}: unknown cell {ch!r}; the legend is "
-                                 + ", ".join(f"{k!r} {v}" for k, v in LEGEND.items()))
+                raise ValueError(
+                    f"row {r} col {c}: unknown cell {ch!r}; the legend is "
+                    + ", ".join(f"{k!r} {v}" for k, v in LEGEND.items())
+                )
             if ch == WALL:
                 continue
             if r in (0, height - 1) or c in (0, width - 1):
@@ -120,16 +131,20 @@ def parse_level(rows: list[str] | tuple[str, ...] | str) -> Level:
             if ch in (PLAYER, PLAYER_ON_TARGET):
                 players.append(i)
     if len(players) != 1:
-        raise ValueError(f"a Sokoban room needs exactly one player ({PLAYER!r} or {PLAYER_ON_TARGET!r}), "
-                         f"got {len(players)}")
+        raise ValueError(
+            f"a Sokoban room needs exactly one player ({PLAYER!r} or {PLAYER_ON_TARGET!r}), got {len(players)}"
+        )
     if not boxes or len(boxes) != len(targets):
-        raise ValueError(f"a Sokoban room needs as many targets as boxes (at least one); got "
-                         f"{len(boxes)} boxes, {len(targets)} targets")
+        raise ValueError(
+            f"a Sokoban room needs as many targets as boxes (at least one); got "
+            f"{len(boxes)} boxes, {len(targets)} targets"
+        )
     return Level(height, width, frozenset(floor), frozenset(targets), players[0], frozenset(boxes))
 
 
-def room_topology(rng: np.random.Generator, dim: tuple[int, int], p_change_directions: float = 0.35,
-                  num_steps: int = 15) -> np.ndarray:
+def room_topology(
+    rng: np.random.Generator, dim: tuple[int, int], p_change_directions: float = 0.35, num_steps: int = 15
+) -> np.ndarray:
     """A boolean floor mask: a random walk of ``num_steps`` stamping gym-sokoban's 3x3 masks."""
     h, w = dim
     direction = _WALK_DIRS[rng.integers(4)]
@@ -139,14 +154,20 @@ def room_topology(rng: np.random.Generator, dim: tuple[int, int], p_change_direc
         if rng.random() < p_change_directions:
             direction = _WALK_DIRS[rng.integers(4)]
         pos = [min(max(pos[0] + direction[0], 1), h - 2), min(max(pos[1] + direction[1], 1), w - 2)]
-        floor[pos[0] - 1:pos[0] + 2, pos[1] - 1:pos[1] + 2] |= _MASKS[rng.integers(len(_MASKS))]
+        floor[pos[0] - 1 : pos[0] + 2, pos[1] - 1 : pos[1] + 2] |= _MASKS[rng.integers(len(_MASKS))]
     floor[[0, h - 1], :] = False
     floor[:, [0, w - 1]] = False
     return floor
 
 
-def reverse_play(floor: frozenset[int], targets: tuple[int, ...], player: int, width: int,
-                 search_depth: int = 300, max_states: int = 300_000) -> tuple[int, int, tuple[int, ...]]:
+def reverse_play(
+    floor: frozenset[int],
+    targets: tuple[int, ...],
+    player: int,
+    width: int,
+    search_depth: int = 300,
+    max_states: int = 300_000,
+) -> tuple[int, int, tuple[int, ...]]:
     """gym-sokoban's reverse play from boxes on ``targets``: ``(score, player, boxes)`` of the best state.
 
     ``boxes[i]`` is the box pulled away from ``targets[i]``. Iterative, in the recursion's order
@@ -188,10 +209,16 @@ def reverse_play(floor: frozenset[int], targets: tuple[int, ...], player: int, w
     return best
 
 
-def generate_level(rng: np.random.Generator, dim: tuple[int, int] = (6, 6), num_boxes: int = 1,
-                   search_depth: int = 300, num_gen_steps: int | None = None, p_change_directions: float = 0.35,
-                   max_tries: int = 100,
-                   accept_layout: Callable[[frozenset[int], tuple[int, ...]], bool] | None = None) -> Level:
+def generate_level(
+    rng: np.random.Generator,
+    dim: tuple[int, int] = (6, 6),
+    num_boxes: int = 1,
+    search_depth: int = 300,
+    num_gen_steps: int | None = None,
+    p_change_directions: float = 0.35,
+    max_tries: int = 100,
+    accept_layout: Callable[[frozenset[int], tuple[int, ...]], bool] | None = None,
+) -> Level:
     """One room by reverse play (see the module docstring); deterministic in ``rng``'s state.
 
     Args:
@@ -224,5 +251,7 @@ def generate_level(rng: np.random.Generator, dim: tuple[int, int] = (6, 6), num_
         if score <= 0:
             continue
         return Level(h, w, floor, frozenset(targets), pl, frozenset(boxes))
-    raise RuntimeError(f"no {h}x{w} room with {num_boxes} boxes after {max_tries} layouts; "
-                       "use a larger dim, fewer boxes or more num_gen_steps")
+    raise RuntimeError(
+        f"no {h}x{w} room with {num_boxes} boxes after {max_tries} layouts; "
+        "use a larger dim, fewer boxes or more num_gen_steps"
+    )

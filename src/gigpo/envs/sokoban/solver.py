@@ -34,8 +34,9 @@ def is_corner_deadlock(level: Level, boxes: frozenset[int]) -> bool:
     return False
 
 
-def solve(level: Level, player: int | None = None, boxes: frozenset[int] | None = None,
-          max_nodes: int = 1_000_000) -> list[str] | None:
+def solve(
+    level: Level, player: int | None = None, boxes: frozenset[int] | None = None, max_nodes: int = 1_000_000
+) -> list[str] | None:
     """The shortest action list (``up/down/left/right``) solving ``level`` from the given state.
 
     Returns ``[]`` when already solved and ``None`` when the search proves no solution exists.
@@ -80,7 +81,9 @@ def solve(level: Level, player: int | None = None, boxes: frozenset[int] | None 
                     plan.append(a)
                 return plan[::-1]
             if len(parent) >= max_nodes:
-                raise SolverError(f"Sokoban solver gave up after {max_nodes} states ({level.height}x{level.width} "
-                                  f"room, {len(boxes)} boxes); pass a larger max_nodes or use a smaller room")
+                raise SolverError(
+                    f"Sokoban solver gave up after {max_nodes} states ({level.height}x{level.width} "
+                    f"room, {len(boxes)} boxes); pass a larger max_nodes or use a smaller room"
+                )
             queue.append(child)
     return None

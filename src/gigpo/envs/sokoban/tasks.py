@@ -38,9 +38,16 @@ def _dims(dim) -> tuple[int, int]:
     return (int(h), int(w))
 
 
-def make_tasks(split: str, n: int | None = None, seed: int = 0, dim: int | tuple[int, int] = 6,
-               num_boxes: int = 1, search_depth: int = 300, num_gen_steps: int | None = None,
-               solver_max_nodes: int = 1_000_000) -> list[Task]:
+def make_tasks(
+    split: str,
+    n: int | None = None,
+    seed: int = 0,
+    dim: int | tuple[int, int] = 6,
+    num_boxes: int = 1,
+    search_depth: int = 300,
+    num_gen_steps: int | None = None,
+    solver_max_nodes: int = 1_000_000,
+) -> list[Task]:
     """``n`` generated rooms of ``split`` (default 1000 train / 200 eval), deterministic in ``seed``.
 
     Args:
@@ -74,10 +81,24 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, dim: int | tuple
                 continue
             break
         else:
-            raise RuntimeError(f"no new solvable {task_type} room for {split} task {i} after {_MAX_ATTEMPTS} "
-                               f"attempts; the split may be exhausted: ask for fewer tasks or a larger dim")
+            raise RuntimeError(
+                f"no new solvable {task_type} room for {split} task {i} after {_MAX_ATTEMPTS} "
+                f"attempts; the split may be exhausted: ask for fewer tasks or a larger dim"
+            )
         seen.add(grid)
-        tasks.append(Task("sokoban", f"{split}:{task_type}:{seed}:{i}", split, task_type,
-                          {"room": grid.split("\n"), "optimal_steps": len(plan), "seed": seed,
-                           "dim": [h, w], "num_boxes": num_boxes}))
+        tasks.append(
+            Task(
+                "sokoban",
+                f"{split}:{task_type}:{seed}:{i}",
+                split,
+                task_type,
+                {
+                    "room": grid.split("\n"),
+                    "optimal_steps": len(plan),
+                    "seed": seed,
+                    "dim": [h, w],
+                    "num_boxes": num_boxes,
+                },
+            )
+        )
     return tasks

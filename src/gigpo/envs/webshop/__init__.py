@@ -26,8 +26,16 @@ def make_env(**kwargs) -> WebShopEnv:
     return WebShopEnv(**kwargs)
 
 
-def make_tasks(split: str, n: int | None = None, seed: int = 0, *, data_dir: str | None = None,
-               catalog_seed: int = 0, num_products: int = 5000, human_goals: bool = True) -> list[Task]:
+def make_tasks(
+    split: str,
+    n: int | None = None,
+    seed: int = 0,
+    *,
+    data_dir: str | None = None,
+    catalog_seed: int = 0,
+    num_products: int = 5000,
+    human_goals: bool = True,
+) -> list[Task]:
     """Tasks of ``split`` (eval: goal index < 500, train: >= 500).
 
     ``n=None``: every goal of the split in index order; otherwise ``n`` goals drawn without
@@ -43,11 +51,25 @@ def make_tasks(split: str, n: int | None = None, seed: int = 0, *, data_dir: str
             raise ValueError(f"n={n} but the {split} split has {len(idx)} goals; pass n <= {len(idx)} or n=None")
         idx = random.Random(seed).sample(idx, n)
     return [
-        Task(family="webshop", task_id=str(i), split=split, task_type=catalog.goals[i]["category"],
-             data={"goal_index": i, "instruction": catalog.goals[i]["instruction_text"], "catalog": spec})
+        Task(
+            family="webshop",
+            task_id=str(i),
+            split=split,
+            task_type=catalog.goals[i]["category"],
+            data={"goal_index": i, "instruction": catalog.goals[i]["instruction_text"], "catalog": spec},
+        )
         for i in idx
     ]
 
 
-__all__ = ["Catalog", "WebShopEnv", "generate_catalog", "get_reward", "load_webshop_catalog", "make_env",
-           "make_tasks", "parse_action", "resolve_catalog"]
+__all__ = [
+    "Catalog",
+    "WebShopEnv",
+    "generate_catalog",
+    "get_reward",
+    "load_webshop_catalog",
+    "make_env",
+    "make_tasks",
+    "parse_action",
+    "resolve_catalog",
+]

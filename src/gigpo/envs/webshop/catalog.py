@@ -233,8 +233,11 @@ def load_webshop_catalog(data_dir: str, human_goals: bool = True, seed: int = 0)
     if rev_path is not None:
         for r in json.loads(rev_path.read_text()):
             reviews[r["asin"]] = [
-                {"title": x.get("title", ""), "score": x.get("score", x.get("stars", 0)),
-                 "body": x.get("body", x.get("review", ""))}
+                {
+                    "title": x.get("title", ""),
+                    "score": x.get("score", x.get("stars", 0)),
+                    "body": x.get("body", x.get("review", "")),
+                }
                 for x in r.get("reviews", [])
             ]
             ratings[r["asin"]] = r.get("average_rating", "N.A.")
@@ -248,8 +251,10 @@ def load_webshop_catalog(data_dir: str, human_goals: bool = True, seed: int = 0)
     prices = {
         p["asin"]: (p["pricing"][0] if len(p["pricing"]) == 1 else rng.uniform(*p["pricing"][:2])) for p in products
     }
-    goals = _human_goals(products, prices, json.loads(human_path.read_text()), rng) if human_goals else (
-        _synthetic_goals(products, prices, attributes, rng)
+    goals = (
+        _human_goals(products, prices, json.loads(human_path.read_text()), rng)
+        if human_goals
+        else (_synthetic_goals(products, prices, attributes, rng))
     )
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
     return Catalog(products, prices, goals, key=("webshop", str(d), human_goals, seed))
@@ -266,14 +271,16 @@ def _human_goals(products: list[dict], prices: dict, human: dict, rng: random.Ra
             if not ins.get("instruction_attributes"):
                 continue  # WebShop skips goals without attributes
             upper, price_text = _price_upper(prices[p["asin"]], rng)
-            goals.append({
-                **_base_goal(p),
-                "instruction_text": ins["instruction"].strip(".") + price_text,
-                "attributes": ins["instruction_attributes"],
-                "price_upper": upper,
-                "goal_options": ins.get("instruction_options", []),
-                "weight": 1,
-            })
+            goals.append(
+                {
+                    **_base_goal(p),
+                    "instruction_text": ins["instruction"].strip(".") + price_text,
+                    "attributes": ins["instruction_attributes"],
+                    "price_upper": upper,
+                    "goal_options": ins.get("instruction_options", []),
+                    "weight": 1,
+                }
+            )
     return goals
 
 
@@ -291,19 +298,22 @@ def _synthetic_goals(products: list[dict], prices: dict, attributes: dict, rng: 
             goal_options = dict(zip(names, combo))
             option_text = ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
             option_text = " with " + option_text if option_text else ""
-            goals.append({
-                **_base_goal(p),
-                "instruction_text": f"{a['instruction']}{option_text}{price_text}",
-                "attributes": a["instruction_attributes"],
-                "price_upper": upper,
-                "goal_options": goal_options,
-                "weight": 1,
-            })
+            goals.append(
+                {
+                    **_base_goal(p),
+                    "instruction_text": f"{a['instruction']}{option_text}{price_text}",
+                    "attributes": a["instruction_attributes"],
+                    "price_upper": upper,
+                    "goal_options": goal_options,
+                    "weight": 1,
+                }
+            )
     return goals
 
 
-def resolve_catalog(data_dir: str | None = None, seed: int = 0, num_products: int = 5000,
-                    human_goals: bool = True) -> Catalog:
+def resolve_catalog(
+    data_dir: str | None = None, seed: int = 0, num_products: int = 5000, human_goals: bool = True
+) -> Catalog:
     """The catalog a user asked for: WebShop's files (``data_dir`` or env var ``WEBSHOP_DATA``), else generated."""
     data_dir = data_dir or os.environ.get("WEBSHOP_DATA") or None
     if data_dir:

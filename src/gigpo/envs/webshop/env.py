@@ -29,7 +29,7 @@ def parse_action(action: str) -> tuple[str, str | None]:
     open_ = line.rfind("[", 1, max(close - 1, 1)) if close >= 3 else -1
     if open_ < 1:
         return action, None
-    return line[:open_], line[open_ + 1:close]
+    return line[:open_], line[open_ + 1 : close]
 
 
 class WebShopEnv:
@@ -37,8 +37,14 @@ class WebShopEnv:
 
     family = "webshop"
 
-    def __init__(self, data_dir: str | None = None, seed: int = 0, num_products: int = 5000,
-                 human_goals: bool = True, show_attrs: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        seed: int = 0,
+        num_products: int = 5000,
+        human_goals: bool = True,
+        show_attrs: bool = False,
+    ) -> None:
         self.spec = dict(data_dir=data_dir, seed=seed, num_products=num_products, human_goals=human_goals)
         self.catalog: Catalog = resolve_catalog(**self.spec)
         self.show_attrs = show_attrs
@@ -60,8 +66,10 @@ class WebShopEnv:
         try:
             idx = int(task.data.get("goal_index", task.task_id))
         except (TypeError, ValueError):
-            raise ValueError(f"WebShop task {task.task_id!r}: need an integer goal index in task.data['goal_index'] "
-                             "or task_id; build tasks with gigpo.envs.webshop.make_tasks") from None
+            raise ValueError(
+                f"WebShop task {task.task_id!r}: need an integer goal index in task.data['goal_index'] "
+                "or task_id; build tasks with gigpo.envs.webshop.make_tasks"
+            ) from None
         if not 0 <= idx < len(self.catalog.goals):
             raise ValueError(f"goal_index {idx} out of range [0, {len(self.catalog.goals)}) for task {task.task_id!r}")
         self.goal = self.catalog.goals[idx]
@@ -98,8 +106,9 @@ class WebShopEnv:
     # ------------------------------------------------------------------ transitions
 
     def _search(self, keywords: list[str], page: int) -> None:
-        self.state = PageState(kind="results", keywords=keywords, page=page,
-                               results=get_search(self.catalog).search(keywords))
+        self.state = PageState(
+            kind="results", keywords=keywords, page=page, results=get_search(self.catalog).search(keywords)
+        )
 
     def _click(self, arg: str) -> bool:
         kind, value = self._clickables[arg]
@@ -161,9 +170,9 @@ class WebShopEnv:
             return f"search[{expert_query(g['instruction_text'])}]"
         if s.kind == "results":
             lo = (s.page - 1) * pages.PRODUCT_WINDOW
-            if target in s.results[lo:lo + pages.PRODUCT_WINDOW]:
+            if target in s.results[lo : lo + pages.PRODUCT_WINDOW]:
                 return f"click[{target.lower()}]"
-            if target in s.results[lo + pages.PRODUCT_WINDOW:]:
+            if target in s.results[lo + pages.PRODUCT_WINDOW :]:
                 return "click[next >]"
             if target in s.results[:lo]:
                 return "click[< prev]"

@@ -45,8 +45,9 @@ class PageState:
 Clickable = tuple[str, str]
 
 
-def render(state: PageState, instruction: str, catalog,
-           show_attrs: bool = False) -> tuple[list[str], dict[str, Clickable]]:
+def render(
+    state: PageState, instruction: str, catalog, show_attrs: bool = False
+) -> tuple[list[str], dict[str, Clickable]]:
     """Text parts of the current page and its clickables (lower-cased text -> what it is)."""
     buttons: list[str] = []
     links: list[tuple[str, str]] = []
@@ -56,9 +57,16 @@ def render(state: PageState, instruction: str, catalog,
         buttons = ["Search"]
     elif state.kind == "done":
         parts = [
-            "Thank you for shopping with us!", "Your code:", "(Paste it in your MTurk interface.)",
-            "Purchased", "asin", str(state.asin), "options", json.dumps(state.options),
-            "Your score (min 0.0, max 1.0)", str(state.score),
+            "Thank you for shopping with us!",
+            "Your code:",
+            "(Paste it in your MTurk interface.)",
+            "Purchased",
+            "asin",
+            str(state.asin),
+            "options",
+            json.dumps(state.options),
+            "Your score (min 0.0, max 1.0)",
+            str(state.score),
         ]
     else:
         parts = ["Instruction:", instruction, BACK_TO_SEARCH]
@@ -69,7 +77,7 @@ def render(state: PageState, instruction: str, catalog,
             parts += nav
             buttons += nav
             lo = (state.page - 1) * PRODUCT_WINDOW
-            for asin in state.results[lo:lo + PRODUCT_WINDOW]:
+            for asin in state.results[lo : lo + PRODUCT_WINDOW]:
                 p = catalog.by_asin[asin]
                 parts += [asin, p["Title"], p["Price"]]
                 links.append((asin.lower(), asin))
@@ -116,4 +124,4 @@ def anchor_text(parts: list[str], instruction: str) -> str:
         i = parts.index(instruction)
     except ValueError:
         return SEP.join(parts)
-    return SEP.join(f"'{p}'" for p in parts[i + 1:])
+    return SEP.join(f"'{p}'" for p in parts[i + 1 :])

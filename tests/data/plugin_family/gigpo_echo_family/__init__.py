@@ -41,8 +41,13 @@ class EchoEnv:
         pass
 
     def _info(self, won: bool) -> dict:
-        return {"won": won, "score": float(won), "instruction": f"say the word {self.word}",
-                "task_type": "echo", "admissible_actions": [f"say {w}" for w in self.options]}
+        return {
+            "won": won,
+            "score": float(won),
+            "instruction": f"say the word {self.word}",
+            "task_type": "echo",
+            "admissible_actions": [f"say {w}" for w in self.options],
+        }
 
 
 def make_env(choices: int = 3) -> EchoEnv:
