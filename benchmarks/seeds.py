@@ -7,7 +7,7 @@ as on a fresh clone. Prints, per seed, held-out success before training, of the 
 rollbacks, wall time and the SFT weights' hash; then the mean change and how many runs ended
 below their start.
 
-    python benchmarks/seeds.py                          # seeds 0-4, two at a time (~75 min, 2 cores)
+    python benchmarks/seeds.py                          # seeds 0-4, two at a time (~2.5 h on 2 cores)
     python benchmarks/seeds.py --jobs 1                 # one at a time with the config's threads
     python benchmarks/seeds.py --seeds 0,1 train.iterations=2 --out /tmp/s   # a quick look
 
