@@ -28,3 +28,11 @@ def test_relative_links_resolve():
             if not (doc.parent / target).exists():
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_extending_estimator_example_is_the_tested_fixture():
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    section = doc.split("## Add an advantage estimator", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    fixture = (ROOT / "tests" / "data" / "plugin_estimator" / "my_estimators.py").read_text()
+    assert example in fixture  # tests/test_envs_spec.py trains with the fixture from the CLI

@@ -4,13 +4,10 @@ import numpy as np
 
 from gigpo.advantages import compute_advantages, register
 
-CALLS = []
-
 
 @register("signed_grpo")
 def signed_grpo(*, scores, step_returns, episode_ids, traj_ids, anchors, scale=1.0):
     """GRPO's advantage reduced to its sign, times ``scale``."""
     res = compute_advantages("grpo", scores=scores, episode_ids=episode_ids)
     adv = (scale * np.sign(res.advantages)).astype(np.float32)
-    CALLS.append(len(adv))
     return type(res)(adv, res.episode_advantages, res.step_advantages, res.step_groups)
