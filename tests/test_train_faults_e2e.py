@@ -114,8 +114,14 @@ def test_a_stopped_env_worker_times_out_and_the_run_finishes(tmp_path):
 def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = tmp_path / "cc"
+    # Many iterations, so the Ctrl-C cannot arrive after a run that was about to finish anyway
+    # (two iterations of this tiny job end within a second of the first one's log line).
     proc = subprocess.Popen(
-        _cmd(tmp_path, "cc", ["train.iterations=2"]), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _cmd(tmp_path, "cc", ["train.iterations=100"]),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _wait_for_iteration(proc, run, 1)
@@ -131,14 +137,14 @@ def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     done = _train_iterations(run)
     assert done and done == list(range(1, len(done) + 1))
     r = subprocess.run(
-        [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run)],
+        [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run), f"train.iterations={len(done) + 1}"],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert _train_iterations(run) == [1, 2]
+    assert _train_iterations(run) == list(range(1, len(done) + 2))
 
 
 @pytest.mark.slow
