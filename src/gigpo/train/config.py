@@ -492,6 +492,23 @@ class Config:
         return Path(self.output_dir) / self.name
 
 
+def grouped_envs(e: EnvConfig, group_size: int):
+    """The ``GroupedEnvs`` of ``env`` settings with ``group_size`` rollouts per task (training uses
+    ``env.group_size``, evaluation 1)."""
+    from gigpo.envs.manager import GroupedEnvs
+
+    step_timeout, reset_timeout = e.timeouts()
+    return GroupedEnvs(
+        e.family,
+        group_size=group_size,
+        max_steps=e.max_steps,
+        env_kwargs=e.kwargs,
+        executor=e.executor,
+        step_timeout=step_timeout,
+        reset_timeout=reset_timeout,
+    )
+
+
 def build_agent(cfg: Config, tokenizer):
     """The ``Agent`` that ``cfg`` describes (prompt format, history, action constraint)."""
     from gigpo.agent import Agent

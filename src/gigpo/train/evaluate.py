@@ -6,12 +6,11 @@ from __future__ import annotations
 def evaluate_model(cfg) -> dict:
     """Rollout metrics of ``cfg.model`` on ``cfg.env.eval_tasks`` eval-split tasks at the eval temperature."""
     from gigpo.envs import make_tasks
-    from gigpo.envs.manager import GroupedEnvs
     from gigpo.policy.base import SamplingParams
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout
-    from gigpo.train.config import build_agent
+    from gigpo.train.config import build_agent, grouped_envs
     from gigpo.train.rundir import check_device, check_model_path
 
     check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
@@ -25,7 +24,6 @@ def evaluate_model(cfg) -> dict:
     )
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
-    step_timeout, reset_timeout = e.timeouts()
     agent = build_agent(cfg, tok)
     params = SamplingParams(
         temperature=cfg.rollout.eval_temperature,
@@ -33,14 +31,6 @@ def evaluate_model(cfg) -> dict:
         max_new_tokens=cfg.rollout.max_response_tokens,
         seed=cfg.seed,
     )
-    with GroupedEnvs(
-        e.family,
-        group_size=1,
-        max_steps=e.max_steps,
-        env_kwargs=e.kwargs,
-        executor=e.executor,
-        step_timeout=step_timeout,
-        reset_timeout=reset_timeout,
-    ) as envs:
+    with grouped_envs(e, 1) as envs:
         _, m = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)
     return m

@@ -32,7 +32,7 @@ from gigpo.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from gigpo.train.config import Config, build_agent, save_config
+from gigpo.train.config import Config, build_agent, grouped_envs, save_config
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
 from gigpo.train.update import PolicyUpdater, batched_logprobs
@@ -140,7 +140,6 @@ class Trainer:
 
     def _setup(self, resume: bool, force: bool) -> None:
         from gigpo.envs import make_tasks
-        from gigpo.envs.manager import GroupedEnvs
         from gigpo.policy.generate import HFGenerator
         from gigpo.policy.load import load_policy
         from gigpo.train.rundir import resume_changes
@@ -191,25 +190,8 @@ class Trainer:
             self.eval_pool, self.val_pool = (pool[:-n_val], pool[-n_val:]) if n_val else (pool, [])
         self.watchdog = Watchdog(g, select_by_val=bool(g.val_every))
         self.stop_reason: str | None = None
-        step_timeout, reset_timeout = e.timeouts()
-        self.envs = GroupedEnvs(
-            e.family,
-            group_size=e.group_size,
-            max_steps=e.max_steps,
-            env_kwargs=e.kwargs,
-            executor=e.executor,
-            step_timeout=step_timeout,
-            reset_timeout=reset_timeout,
-        )
-        self.eval_envs = GroupedEnvs(
-            e.family,
-            group_size=1,
-            max_steps=e.max_steps,
-            env_kwargs=e.kwargs,
-            executor=e.executor,
-            step_timeout=step_timeout,
-            reset_timeout=reset_timeout,
-        )
+        self.envs = grouped_envs(e, e.group_size)
+        self.eval_envs = grouped_envs(e, 1)
         self.updater = PolicyUpdater(
             self.model, cfg.train, pad_token_id=self.tokenizer.pad_token_id, temperature=cfg.rollout.temperature
         )
