@@ -1,4 +1,5 @@
-"""The README's library example runs, and every relative link in README.md and docs/ resolves."""
+"""The README's library example runs, every relative link in README.md and docs/ resolves, and
+docs/extending.md's examples are the fixtures the tests run."""
 
 import re
 from pathlib import Path
@@ -36,3 +37,11 @@ def test_extending_estimator_example_is_the_tested_fixture():
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     fixture = (ROOT / "tests" / "data" / "plugin_estimator" / "my_estimators.py").read_text()
     assert example in fixture  # tests/test_envs_spec.py trains with the fixture from the CLI
+
+
+def test_extending_backend_example_is_the_tested_fixture():
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    section = doc.split("## Add a model backend", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    fixture = (ROOT / "tests" / "data" / "plugin_generator" / "my_generator.py").read_text()
+    assert example in fixture  # tests/test_policy_backend.py runs the fixture against HFGenerator

@@ -1,14 +1,15 @@
 """The narrow generator interface and the shared log-prob forward pass.
 
 Anything that can turn prompt token ids into sampled response token ids with their sampling
-log-probs is a ``Generator``: the in-process Hugging Face sampler here, or later an
-inference-server client (vLLM / SGLang returning token ids and log-probs).
+log-probs is a ``Generator``: the in-process Hugging Face sampler (``HFGenerator``), or a backend of
+the user's (docs/extending.md, "Add a model backend"), e.g. an inference-server client returning
+token ids and log-probs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -42,8 +43,17 @@ class SamplingParams:
 
 class Generator(Protocol):
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one response per prompt (prompt = token ids, chat template already applied)."""
+        """Sample one response per prompt (prompt = token ids, chat template already applied).
+
+        With ``rollout.constrain_actions`` the rollout loop also passes ``constraints=`` (one
+        ``ActionConstraint`` or None per prompt, ``gigpo.policy.constrain``); a generator without
+        that keyword serves every other setting.
+        """
         ...
+
+
+# What ``Trainer`` and ``evaluate_model`` take to build their generator: (model, tokenizer) -> Generator.
+MakeGenerator = Callable[[Any, Any], Generator]
 
 
 def pad_rows(prompts: Sequence[np.ndarray], responses: Sequence[np.ndarray], pad_id: int, multiple: int = 1):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 
-def evaluate_model(cfg) -> dict:
-    """Rollout metrics of ``cfg.model`` on ``cfg.env.eval_tasks`` eval-split tasks at the eval temperature."""
+def evaluate_model(cfg, make_generator=None) -> dict:
+    """Rollout metrics of ``cfg.model`` on ``cfg.env.eval_tasks`` eval-split tasks at the eval temperature.
+
+    ``make_generator``: ``(model, tokenizer) -> Generator`` (default ``HFGenerator``), as ``Trainer``'s.
+    """
     from gigpo.envs import make_tasks
     from gigpo.policy.base import SamplingParams
     from gigpo.policy.generate import HFGenerator
@@ -32,5 +35,5 @@ def evaluate_model(cfg) -> dict:
         seed=cfg.seed,
     )
     with grouped_envs(e, 1) as envs:
-        _, m = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)
+        _, m = eval_rollout(envs, tasks, (make_generator or HFGenerator)(model, tok), tok, agent, params)
     return m

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from gigpo.batch import concat_batches, select_trajectories
+from gigpo.policy.base import MakeGenerator
 from gigpo.train.checkpoint import (
     best_checkpoint,
     load_checkpoint,
@@ -120,9 +121,14 @@ def group_has_signal(batch, advantages, tol: float = 1e-8) -> np.ndarray:
 class Trainer:
     """Owns the model(s), envs, optimizer and run directory of one training run."""
 
-    def __init__(self, cfg: Config, *, resume: bool = False, force: bool = False) -> None:
+    def __init__(
+        self, cfg: Config, *, resume: bool = False, force: bool = False, make_generator: MakeGenerator | None = None
+    ) -> None:
         """``resume``: continue from the run dir's newest usable checkpoint; ``force``: allow a
-        resume to change run-defining config keys (recorded in ``config_changes.jsonl``)."""
+        resume to change run-defining config keys (recorded in ``config_changes.jsonl``).
+        ``make_generator``: ``(model, tokenizer) -> Generator`` that samples the rollouts from the
+        trained ``model`` (default ``HFGenerator``; docs/extending.md, "Add a model backend")."""
+        self.make_generator = make_generator
         from gigpo.train.rundir import open_run_dir, preflight
 
         self.cfg = cfg
@@ -174,7 +180,7 @@ class Trainer:
         if cfg.train.use_kl:  # frozen reference = the starting policy (docs/algorithm.md#loss)
             self.ref_model, _ = load_policy(model_path, **kw)
             self.ref_model.eval().requires_grad_(False)
-        self.generator = HFGenerator(self.model, self.tokenizer)
+        self.generator = (self.make_generator or HFGenerator)(self.model, self.tokenizer)
         self.agent = build_agent(cfg, self.tokenizer)
         e = cfg.env
         self.train_pool = make_tasks(e.family, "train", n=e.train_tasks or None, seed=e.task_seed, **e.task_kwargs)
@@ -266,6 +272,7 @@ class Trainer:
         cfg = self.cfg
         tasks = self.sample_tasks(it, round_, k)
         seed = iteration_seed(cfg.seed, it, 2 if round_ == 0 else 200 + round_)
+        self.model.eval()  # no dropout while sampling, whatever the generator (the update sets train mode)
         batch = rollout(
             self.envs, tasks, self.generator, self.tokenizer, self.agent, self._params(cfg.rollout.temperature, seed)
         )
