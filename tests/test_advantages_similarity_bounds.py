@@ -16,73 +16,9 @@ import pytest
 
 from gigpo.advantages import similarity
 from gigpo.advantages.similarity import matches_needed, similarity_step_groups
+from gigpo.advantages.synthetic import alfworld_like, search_like
 
 from test_advantages_similarity import naive_groups, same_partition
-
-# Synthetic batches shaped like ALFWorld's and Search-R1's observations (the same generators as
-# benchmarks/advantage_speed.py, copied so that the test imports nothing from benchmarks/).
-WORDS = (
-    "cabinet drawer countertop shelf sinkbasin fridge microwave stoveburner garbagecan toaster "
-    "mug apple knife spoon plate bowl lettuce tomato bread egg potato pan pot kettle vase book "
-    "open closed you see arrive at on in the a nothing happens is"
-).split()
-
-
-def sentence(rng: random.Random, lo: int, hi: int) -> str:
-    n = rng.randint(lo, hi)
-    words = []
-    while sum(len(w) + 1 for w in words) < n:
-        w = rng.choice(WORDS)
-        words.append(f"{w} {rng.randint(1, 9)}" if rng.random() < 0.3 else w)
-    return " ".join(words)[:n]
-
-
-def alfworld_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
-    """A shared step-0 obs per task; later steps from a 40-state per-task pool with p=0.3,
-    otherwise a unique ~80-150-char obs; reward 10 at the last step with p=0.5."""
-    rng = random.Random(seed)
-    ep, traj, anchors, rewards = [], [], [], []
-    for t in range(tasks):
-        start = "You are in the middle of a room. Your task is to: " + sentence(rng, 80, 150)
-        pool = [sentence(rng, 80, 150) for _ in range(40)]
-        for r in range(rollouts):
-            won = rng.random() < 0.5
-            for s in range(steps):
-                obs = start if s == 0 else rng.choice(pool) if rng.random() < 0.3 else sentence(rng, 80, 150)
-                ep.append(t)
-                traj.append(t * rollouts + r)
-                anchors.append(obs)
-                rewards.append(10.0 if (won and s == steps - 1) else 0.0)
-    return np.array(ep), np.array(traj), anchors, np.array(rewards, np.float32)
-
-
-def search_like(tasks: int, rollouts: int, steps: int, seed: int = 0):
-    """Question at step 0; later steps are ~600-char retrieval texts: a per-task pool of 6
-    (rollouts often retrieve the same documents), sometimes with a small edit, or unique."""
-    rng = random.Random(seed)
-    ep, traj, anchors, rewards = [], [], [], []
-    for t in range(tasks):
-        question = "Question: " + sentence(rng, 40, 90) + "?"
-        pool = [
-            f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
-            for _ in range(6)
-        ]
-        for r in range(rollouts):
-            for s in range(steps):
-                if s == 0:
-                    obs = question
-                elif rng.random() < 0.6:
-                    obs = rng.choice(pool)
-                    if rng.random() < 0.3:  # a slightly different retrieval of the same docs
-                        i = rng.randrange(len(obs))
-                        obs = obs[:i] + sentence(rng, 5, 30) + obs[i:]
-                else:
-                    obs = f"<information>Doc 1 (Title: {sentence(rng, 10, 20)}) {sentence(rng, 560, 620)}</information>"
-                ep.append(t)
-                traj.append(t * rollouts + r)
-                anchors.append(obs)
-                rewards.append(float(s == steps - 1 and rng.random() < 0.4))
-    return np.array(ep), np.array(traj), anchors, np.array(rewards, np.float32)
 
 
 def lcs_dp(a: str, b: str) -> int:

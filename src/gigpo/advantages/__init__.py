@@ -10,7 +10,9 @@ are public so other trainers (verl, TRL) can use them directly:
   difflib-exact greedy clustering, pruned by a sound LCS bound) build the step groups;
 - ``ESTIMATORS`` / ``register`` / ``estimator_options``: the registry (names ``gigpo``, ``grpo``,
   ``rloo``, and the paper's ablations ``gigpo_no_step``, ``gigpo_no_episode``);
-- ``step_group_stats``: group-size diagnostics for logging.
+- ``step_group_stats``: group-size diagnostics for logging;
+- ``synthetic`` (imported by name, not re-exported): ALFWorld- and Search-R1-shaped batches for
+  tests and benchmarks.
 """
 
 from ._checks import NORM_MODES
