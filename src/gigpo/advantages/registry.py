@@ -77,88 +77,64 @@ def _need(value, what: str, name: str):
     return value
 
 
-@register("gigpo")
-def _gigpo(
-    *,
-    scores,
-    step_returns,
-    episode_ids,
-    traj_ids,
-    anchors,
-    mode="mean_norm",
-    step_weight=1.0,
-    similarity_threshold=None,
-    epsilon=1e-6,
-    anchor_key=None,
-):
-    return gigpo(
+def _register_gigpo(name: str, doc: str | None, *, fixed_step_weight: float | None = None, step_only: bool = False):
+    """Register a GiGPO estimator under ``name``.
+
+    ``fixed_step_weight``: the ablation's step weight, then not an option (left out of the
+    signature, which is what ``estimator_options`` and ``compute_advantages`` read).
+    ``step_only``: advantages = step_weight * A^S (A^E still reported).
+    """
+
+    def estimator(
+        *,
         scores,
-        _need(step_returns, "step_returns", "gigpo"),
+        step_returns,
         episode_ids,
-        _need(anchors, "anchors", "gigpo"),
-        mode=mode,
-        step_weight=step_weight,
-        similarity_threshold=similarity_threshold,
-        epsilon=epsilon,
-        anchor_key=anchor_key,
-    )
+        traj_ids,
+        anchors,
+        mode="mean_norm",
+        step_weight=1.0,
+        similarity_threshold=None,
+        epsilon=1e-6,
+        anchor_key=None,
+    ):
+        w = step_weight if fixed_step_weight is None else fixed_step_weight
+        res = gigpo(
+            scores,
+            _need(step_returns, "step_returns", name),
+            episode_ids,
+            _need(anchors, "anchors", name),
+            mode=mode,
+            step_weight=w,
+            similarity_threshold=similarity_threshold,
+            epsilon=epsilon,
+            anchor_key=anchor_key,
+        )
+        if not step_only:
+            return res
+        adv = (np.float64(w) * res.step_advantages.astype(np.float64)).astype(np.float32)
+        return AdvantageResult(adv, res.episode_advantages, res.step_advantages, res.step_groups)
+
+    if fixed_step_weight is not None:
+        sig = inspect.signature(estimator)
+        params = [p for p in sig.parameters.values() if p.name != "step_weight"]
+        estimator.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    estimator.__name__ = estimator.__qualname__ = f"_{name}"
+    estimator.__doc__ = doc
+    register(name)(estimator)
 
 
-@register("gigpo_no_step")
-def _gigpo_no_step(
-    *,
-    scores,
-    step_returns,
-    episode_ids,
-    traj_ids,
-    anchors,
-    mode="mean_norm",
-    similarity_threshold=None,
-    epsilon=1e-6,
-    anchor_key=None,
-):
-    """Paper ablation: A^E only (step_weight 0). Step groups are still formed, for diagnostics."""
-    return gigpo(
-        scores,
-        _need(step_returns, "step_returns", "gigpo_no_step"),
-        episode_ids,
-        _need(anchors, "anchors", "gigpo_no_step"),
-        mode=mode,
-        step_weight=0.0,
-        similarity_threshold=similarity_threshold,
-        epsilon=epsilon,
-        anchor_key=anchor_key,
-    )
-
-
-@register("gigpo_no_episode")
-def _gigpo_no_episode(
-    *,
-    scores,
-    step_returns,
-    episode_ids,
-    traj_ids,
-    anchors,
-    mode="mean_norm",
-    step_weight=1.0,
-    similarity_threshold=None,
-    epsilon=1e-6,
-    anchor_key=None,
-):
-    """Paper ablation: A^S only (advantages = step_weight * A^S); A^E is still reported."""
-    res = gigpo(
-        scores,
-        _need(step_returns, "step_returns", "gigpo_no_episode"),
-        episode_ids,
-        _need(anchors, "anchors", "gigpo_no_episode"),
-        mode=mode,
-        step_weight=step_weight,
-        similarity_threshold=similarity_threshold,
-        epsilon=epsilon,
-        anchor_key=anchor_key,
-    )
-    adv = (np.float64(step_weight) * res.step_advantages.astype(np.float64)).astype(np.float32)
-    return AdvantageResult(adv, res.episode_advantages, res.step_advantages, res.step_groups)
+_register_gigpo("gigpo", None)
+_register_gigpo(
+    "gigpo_no_step",
+    "Paper ablation: A^E only (step_weight 0). Step groups are still formed, for diagnostics.",
+    fixed_step_weight=0.0,
+)
+_register_gigpo(
+    "gigpo_no_episode",
+    "Paper ablation: A^S only (advantages = step_weight * A^S); A^E is still reported.",
+    step_only=True,
+)
 
 
 @register("grpo")
