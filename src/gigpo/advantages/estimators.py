@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._checks import as_codes, as_float, check_epsilon, check_mode, n_rows
+from ._types import AnchorKey, Anchors, ArrayLike, FloatArray, LabelArray
 from .grouping import exact_step_groups, first_appearance_labels, similarity_step_groups
 
 
@@ -26,10 +27,10 @@ class AdvantageResult:
                                      estimators without step groups (GRPO/RLOO).
     """
 
-    advantages: np.ndarray
-    episode_advantages: np.ndarray
-    step_advantages: np.ndarray
-    step_groups: np.ndarray
+    advantages: FloatArray
+    episode_advantages: FloatArray
+    step_advantages: FloatArray
+    step_groups: LabelArray
 
 
 def group_stats(x: np.ndarray, codes: np.ndarray, with_std: bool = True):
@@ -77,16 +78,16 @@ def step_advantage(step_returns, groups, mode: str, epsilon: float) -> np.ndarra
 
 
 def gigpo(
-    scores,
-    step_returns,
-    episode_ids,
-    anchors,
+    scores: ArrayLike,
+    step_returns: ArrayLike,
+    episode_ids: ArrayLike,
+    anchors: Anchors,
     *,
     mode: str = "mean_norm",
     step_weight: float = 1.0,
     similarity_threshold: float | None = None,
     epsilon: float = 1e-6,
-    anchor_key=None,
+    anchor_key: AnchorKey | None = None,
 ) -> AdvantageResult:
     """GiGPO advantages A = A^E + step_weight * A^S (paper Eq. 8, docs/algorithm.md#combined-advantage).
 
@@ -146,7 +147,13 @@ def _trajectory_scores(s: np.ndarray, ep: np.ndarray, traj_ids, n: int):
 
 
 def grpo(
-    scores, episode_ids, traj_ids=None, *, mode: str = "mean_std_norm", epsilon: float = 1e-6, cross_steps: bool = True
+    scores: ArrayLike,
+    episode_ids: ArrayLike,
+    traj_ids: ArrayLike | None = None,
+    *,
+    mode: str = "mean_std_norm",
+    epsilon: float = 1e-6,
+    cross_steps: bool = True,
 ) -> AdvantageResult:
     """GRPO: each row's score normalised by its episode group's statistics.
 
@@ -180,7 +187,7 @@ def grpo(
     return _no_steps(adv, n)
 
 
-def rloo(scores, episode_ids, traj_ids) -> AdvantageResult:
+def rloo(scores: ArrayLike, episode_ids: ArrayLike, traj_ids: ArrayLike) -> AdvantageResult:
     """RLOO: row score minus the mean score of the OTHER trajectories of its episode group.
 
     scores float [N], episode_ids any [N], traj_ids any [N]. One score per trajectory, the score

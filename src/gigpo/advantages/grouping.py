@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._types import AnchorKey, Anchors, ArrayLike, LabelArray
+
 
 def hashable_anchor(anchor, name: str = "anchors"):
     """The reference's exact-grouping key of one anchor (docs/algorithm.md#step-groups).
@@ -104,18 +106,19 @@ def first_appearance_labels(keys: np.ndarray) -> np.ndarray:
     return rank[inverse.reshape(-1)]
 
 
-def exact_step_groups(episode_codes: np.ndarray, anchors, anchor_key=None) -> np.ndarray:
+def exact_step_groups(episode_codes: ArrayLike, anchors: Anchors, anchor_key: AnchorKey | None = None) -> LabelArray:
     """Rows with the same episode group and the same anchor key share a step group.
 
     episode_codes int [N] (0..G-1), anchors [N] (see ``hashable_anchor``), anchor_key: optional
     callable anchor → hashable, used instead of ``hashable_anchor`` (e.g. ``lambda s: s.strip()``).
     Returns int64 labels [N], 0.. in first-appearance order. Order of rows does not matter.
     """
-    n = len(episode_codes)
+    codes = np.asarray(episode_codes)
+    n = len(codes)
     first = _anchor_codes(anchors, n, anchor_key)  # first row with the same anchor, batch-wide
     if n == 0:
         return np.zeros(0, np.int64)
-    ep = np.asarray(episode_codes, np.int64)
+    ep = codes.astype(np.int64, copy=False)
     # A row whose anchor first occurred in its own episode group belongs to that row's group (the
     # first occurrence is then also the group's first row). Anchors seen earlier in ANOTHER
     # episode group (rare: e.g. a shared "Nothing happens.") are grouped by (episode, first row).

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from ._types import Anchors, ArrayLike
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 
 ESTIMATORS: dict[str, Callable[..., AdvantageResult]] = {}
@@ -51,7 +52,14 @@ def _lookup(name: str):
 
 
 def compute_advantages(
-    name: str, *, scores, step_returns=None, episode_ids, traj_ids=None, anchors=None, **options
+    name: str,
+    *,
+    scores: ArrayLike,
+    step_returns: ArrayLike | None = None,
+    episode_ids: ArrayLike,
+    traj_ids: ArrayLike | None = None,
+    anchors: Anchors | None = None,
+    **options: Any,
 ) -> AdvantageResult:
     """Run estimator ``name`` on row arrays (all length N; see ``gigpo`` for their meaning).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_codes, as_float, n_rows
+from ._types import ArrayLike, FloatArray
 
 
 def _traj_order(codes: np.ndarray):
@@ -27,7 +28,7 @@ def _traj_order(codes: np.ndarray):
     return order, pos, np.repeat(lengths, lengths)
 
 
-def discounted_returns(rewards, traj_ids, gamma: float) -> np.ndarray:
+def discounted_returns(rewards: ArrayLike, traj_ids: ArrayLike, gamma: float) -> FloatArray:
     """Discounted return R_t = r_t + gamma * R_{t+1} of each row within its trajectory (paper Eq. 5).
 
     rewards  float [N]  env reward of each step.
@@ -72,7 +73,7 @@ def discounted_returns(rewards, traj_ids, gamma: float) -> np.ndarray:
     return result
 
 
-def episode_scores(rewards, traj_ids) -> np.ndarray:
+def episode_scores(rewards: ArrayLike, traj_ids: ArrayLike) -> FloatArray:
     """Sum of each trajectory's rewards, broadcast to its rows.
 
     rewards float [N], traj_ids any [N] → float32 [N] (the reference's ``episode_rewards``).
@@ -85,7 +86,9 @@ def episode_scores(rewards, traj_ids) -> np.ndarray:
     return np.bincount(codes, weights=r)[codes].astype(np.float32)
 
 
-def apply_invalid_action_penalty(scores, step_returns, valid, coef: float | None):
+def apply_invalid_action_penalty(
+    scores: ArrayLike, step_returns: ArrayLike, valid: ArrayLike, coef: float | None
+) -> tuple[FloatArray, FloatArray]:
     """Subtract ``coef`` from both the score and the step return of every invalid row.
 
     docs/algorithm.md#invalid-action-penalty.

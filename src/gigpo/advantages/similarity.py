@@ -24,6 +24,8 @@ import numbers
 
 import numpy as np
 
+from ._types import Anchors, ArrayLike, LabelArray
+
 try:  # Optional: cydifflib is difflib's own algorithm compiled with Cython (same ratios, ~3x faster).
     from cydifflib import SequenceMatcher
 except ImportError:  # pragma: no cover - depends on the environment
@@ -138,7 +140,7 @@ class _Group:
         return out
 
 
-def similarity_step_groups(episode_codes: np.ndarray, anchors, thresh: float) -> np.ndarray:
+def similarity_step_groups(episode_codes: ArrayLike, anchors: Anchors, thresh: float) -> LabelArray:
     """Greedy similarity clustering per episode group, in batch order (docs/algorithm.md#similarity-grouping).
 
     A row joins the first cluster (in creation order) whose representative (its first member)
@@ -148,10 +150,12 @@ def similarity_step_groups(episode_codes: np.ndarray, anchors, thresh: float) ->
     """
     from .grouping import _rank_reps, first_rows
 
-    if isinstance(thresh, bool) or not (isinstance(thresh, numbers.Real) and 0.0 < thresh < 1.0):
+    t: object = thresh  # checked as any object: mypy takes a float for never a numbers.Real
+    if isinstance(t, bool) or not (isinstance(t, numbers.Real) and 0.0 < float(t) < 1.0):
         raise ValueError(f"similarity_threshold must be a float in (0, 1) (or None for exact grouping), got {thresh!r}")
-    thresh = float(thresh)
-    n = len(episode_codes)
+    thresh = float(t)
+    codes = np.asarray(episode_codes)
+    n = len(codes)
     if len(anchors) != n:
         raise ValueError(f"anchors has {len(anchors)} rows but the other inputs have {n}; pass row-aligned arrays")
     items = anchors.tolist() if isinstance(anchors, np.ndarray) else list(anchors)
@@ -166,7 +170,7 @@ def similarity_step_groups(episode_codes: np.ndarray, anchors, thresh: float) ->
     if n == 0:
         return np.zeros(0, np.int64)
     sid = first_rows(items)  # string id = row of its first occurrence in the batch
-    ep = np.asarray(episode_codes, np.int64)
+    ep = codes.astype(np.int64, copy=False)
     order = np.argsort(ep, kind="stable")  # batch order kept inside each episode group
     ep_sorted = ep[order]
     cuts = np.flatnonzero(ep_sorted[1:] != ep_sorted[:-1]) + 1

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._types import ArrayLike
 
-def step_group_stats(step_groups, episode_ids=None) -> dict:
+
+def step_group_stats(step_groups: ArrayLike, episode_ids: ArrayLike | None = None) -> dict:
     """Summary of a step-group partition; labels < 0 (no step group, GRPO/RLOO) are ignored.
 
     step_groups  int [N]  step-group label per row.
