@@ -15,25 +15,13 @@ from gigpo.cli import main
 from gigpo.train.config import ConfigError, load_config
 from gigpo.train.rundir import RunDirLock, RunDirLocked, lock_holder, open_run_dir
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-TINY = [
-    "sft.enabled=false",
-    "env.tasks_per_iter=2",
-    "env.group_size=2",
-    "env.eval_tasks=1",
-    "env.max_steps=3",
-    "rollout.max_response_tokens=12",
-    "log.progress=false",
-    "log.tensorboard=false",
-    "log.eval_before=false",
-    "log.trajectories_every=0",
-    "train.lr=1e-3",
-    "train.iterations=1",
-]
+from small_runs import CONFIGS, SEARCH_TINY, SMALL, train_cmd
+
+TINY = [*SMALL, "train.iterations=1"]
 
 
 def _cfg(parent, name="r", extra=()):
-    return load_config(CONFIGS / "search_tiny.yaml", [*TINY, f"output_dir={parent}", f"name={name}", *extra])
+    return load_config(SEARCH_TINY, [*TINY, f"output_dir={parent}", f"name={name}", *extra])
 
 
 def _snapshot(d: Path) -> dict:
@@ -71,7 +59,7 @@ def test_a_second_writer_is_refused_before_it_touches_the_run_dir(run_copy, caps
         env = dict(os.environ, OMP_NUM_THREADS="1")
         base = [sys.executable, "-m", "gigpo.cli", "train"]
         fresh = subprocess.run(
-            [*base, "--config", str(CONFIGS / "search_tiny.yaml"), *TINY, f"output_dir={run_copy.parent}", "name=r"],
+            train_cmd(run_copy.parent, "r", ["train.iterations=1"]),
             env=env,
             capture_output=True,
             text=True,

@@ -14,35 +14,7 @@ import pytest
 
 from gigpo.cli import main
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-SMALL = [
-    "sft.enabled=false",
-    "env.tasks_per_iter=2",
-    "env.group_size=2",
-    "env.eval_tasks=1",
-    "env.max_steps=3",
-    "rollout.max_response_tokens=12",
-    "log.progress=false",
-    "log.tensorboard=false",
-    "log.eval_before=false",
-    "log.trajectories_every=0",
-    "train.lr=1e-3",
-]
-
-
-def _cmd(parent, name, extra):
-    return [
-        sys.executable,
-        "-m",
-        "gigpo.cli",
-        "train",
-        "--config",
-        str(CONFIGS / "search_tiny.yaml"),
-        *SMALL,
-        f"output_dir={parent}",
-        f"name={name}",
-        *extra,
-    ]
+from small_runs import SEARCH_TINY, SMALL, train_cmd
 
 
 def _train_iterations(run):
@@ -80,7 +52,7 @@ def test_a_stopped_env_worker_times_out_and_the_run_finishes(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = tmp_path / "hung"
     proc = subprocess.Popen(
-        _cmd(
+        train_cmd(
             tmp_path,
             "hung",
             ["train.iterations=2", "env.executor=process", "env.step_timeout=2", "env.reset_timeout=2"],
@@ -117,7 +89,7 @@ def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     # Many iterations, so the Ctrl-C cannot arrive after a run that was about to finish anyway
     # (two iterations of this tiny job end within a second of the first one's log line).
     proc = subprocess.Popen(
-        _cmd(tmp_path, "cc", ["train.iterations=100"]),
+        train_cmd(tmp_path, "cc", ["train.iterations=100"]),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -166,7 +138,7 @@ def test_disk_full_while_checkpointing_stops_with_one_line_and_keeps_the_previou
         [
             "train",
             "--config",
-            str(CONFIGS / "search_tiny.yaml"),
+            str(SEARCH_TINY),
             *SMALL,
             f"output_dir={tmp_path}",
             "name=full",
@@ -187,7 +159,7 @@ def test_disk_full_while_checkpointing_stops_with_one_line_and_keeps_the_previou
 
 
 def test_unwritable_output_dir_is_one_line(capsys):
-    rc = main(["train", "--config", str(CONFIGS / "search_tiny.yaml"), *SMALL, "output_dir=/sys/gigpo-test"])
+    rc = main(["train", "--config", str(SEARCH_TINY), *SMALL, "output_dir=/sys/gigpo-test"])
     err = capsys.readouterr().err.strip()
     assert rc == 1 and err.startswith("gigpo: cannot write /sys/gigpo-test") and "writable output_dir" in err
     assert "\n" not in err
