@@ -154,9 +154,11 @@ class GroupedEnvs:
         self.executor_name = executor
         self.step_timeout, self.reset_timeout = step_timeout, reset_timeout
         # By module path, so worker processes need not have the family registered.
-        factory = env_factory or functools.partial(
-            make_env_from_module, spec.module, **{**spec.env_kwargs, **(env_kwargs or {})}
-        )
+        if env_factory is not None:
+            factory = env_factory
+        else:
+            assert spec is not None  # exactly one of family and env_factory, checked above
+            factory = functools.partial(make_env_from_module, spec.module, **{**spec.env_kwargs, **(env_kwargs or {})})
         workers = num_workers or os.cpu_count() or 1
         self.num_workers = 1 if executor == "inline" else workers  # process: at most the slot count
         if executor == "inline":

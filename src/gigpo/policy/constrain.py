@@ -88,10 +88,12 @@ class ActionConstraint:
         """Update ``st`` with the sampled token ``tok``."""
         tok = int(tok)
         if st.mode == "free":
-            st.tail = (st.tail + self.vocab.piece(tok))[-4 * len(self.vocab.open_tag) :]
-            if st.tail.endswith(self.vocab.open_tag):
+            tag = self.vocab.open_tag
+            assert tag is not None  # start() begins in free mode only when there is an open tag
+            st.tail = (st.tail + self.vocab.piece(tok))[-4 * len(tag) :]
+            if st.tail.endswith(tag):
                 st.mode, st.node = "trie", self.root
-            elif self.vocab.open_tag in st.tail:
+            elif tag in st.tail:
                 st.mode = "off"  # the tag ended inside a token: no clean start, leave it free
         elif st.mode == "trie":
             if not st.node:  # EOS after the close tag: nothing more is generated

@@ -26,7 +26,7 @@ import signal
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ def rng_state() -> dict:
         "python": {"version": version, "state": list(internal), "gauss": gauss},
         "numpy": {
             "kind": kind,
-            "keys": keys.tolist(),
+            "keys": np.asarray(keys).tolist(),
             "pos": int(pos),
             "has_gauss": int(has_gauss),
             "cached_gaussian": float(cached),
@@ -81,7 +81,7 @@ def _fsync(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred():
+def _signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM until the block ends: a Ctrl-C during a checkpoint write then stops the
     run right after a complete checkpoint, instead of inside torch's zip writer. (Blocking the
     signal mask is not enough: the kernel hands the signal to another thread.)"""
