@@ -237,9 +237,7 @@ def concat_batches(batches) -> StepBatch:
     for key in _traj_meta_keys(batches):
         fill = TRAJ_META_FILL.get(key)
         meta[key] = [
-            x
-            for b in batches
-            for x in (_traj_meta(b, key) or [copy.copy(fill) for _ in range(b.num_trajectories)])
+            x for b in batches for x in (_traj_meta(b, key) or [copy.copy(fill) for _ in range(b.num_trajectories)])
         ]
     kw["meta"] = meta
     return StepBatch(**kw)
