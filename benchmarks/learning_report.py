@@ -7,8 +7,15 @@ committed data) and writes the plots and the ``<family>`` section of ``<out>/res
 
 A summary: {"name", "variant", "seed", "config": {...},
             "evals": [{"iteration", "tag", "train_seconds", "eval/success", "eval/success/<type>", ...}],
-            "train": [{"iteration", <TRAIN_KEYS>...}]}
+            "train": [{"iteration", <TRAIN_KEYS>..., step_groups/hist_<bin>...}]}
 ``train_seconds`` is the training wall-clock up to that eval (sum of ``time/iteration``; evals excluded).
+Evals keep every ``eval/*`` key, so a family's own metrics (sokoban: ``eval/steps_over_optimal``,
+``eval/deadlock_rate``) reach the report.
+
+What the section shows beyond the common tables depends on what the summaries hold: runs whose
+final evals carry Sokoban's outcome metrics get columns for them and for the paired difference to
+GRPO, and runs that logged step-group histograms get their per-iteration distribution (table and
+plot). Sections without them keep the layout of the ALFWorld and WebShop results.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ TRAIN_KEYS = (
     "rollout/episode_length",
     "rollout/invalid_action_rate",
     "rollout/num_steps",
+    "rollout/deadlock_rate",
+    "rollout/steps_over_optimal",
     "train/rows_updated",
     "actor/kl",
     "actor/entropy",
@@ -47,6 +56,17 @@ TRAIN_KEYS = (
     "time/update",
     "time/iteration",
 )
+# Per-iteration train keys kept by prefix: the trainer's step-group size histogram (its HIST_BINS).
+TRAIN_PREFIXES = ("step_groups/hist_",)
+_HIST = re.compile(r"step_groups/hist_(\d+)(?:-\d+|\+)?")
+# Held-out outcome metrics of a family's FamilySpec.metrics shown as columns when the runs log them:
+# key -> (column header, scale, digits).
+OUTCOMES = {
+    "eval/steps_over_optimal": ("steps over optimal", 1.0, 2),
+    "eval/deadlock_rate": ("deadlock rate", 100.0, 1),
+}
+# Families whose task score is the success itself (0/1): no score column or plot.
+SCORE_IS_SUCCESS = ("alfworld", "sokoban")
 CONFIG_KEYS = {
     "algorithm": ("estimator", "mode", "gamma", "invalid_action_penalty"),
     "env": ("family", "group_size", "tasks_per_iter", "max_steps", "eval_tasks", "train_tasks", "task_kwargs"),
@@ -71,7 +91,11 @@ def load_run_dir(run_dir: Path) -> dict | None:
         return None
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     train = [
-        {"iteration": x["iteration"], **{k: x[k] for k in TRAIN_KEYS if k in x}}
+        {
+            "iteration": x["iteration"],
+            **{k: x[k] for k in TRAIN_KEYS if k in x},
+            **{k: v for k, v in x.items() if k.startswith(TRAIN_PREFIXES)},
+        }
         for x in lines
         if x.get("tag") == "train"
     ]
@@ -247,6 +271,51 @@ def train_mean(runs: list[dict], key: str) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def outcome_keys(summaries: list[dict]) -> list[str]:
+    """The ``OUTCOMES`` keys that some run's final eval carries, in ``OUTCOMES`` order."""
+    fins = [f for f in (final_eval(s) for s in summaries) if f]
+    return [k for k in OUTCOMES if any(k in f for f in fins)]
+
+
+def paired_vs_grpo(groups: dict[str, list[dict]], variant: str) -> list[float]:
+    """Final held-out success of ``variant`` minus GRPO's, per seed both finished (same tasks, same start)."""
+    base = {r["seed"]: final_eval(r) for r in groups.get("grpo", []) if final_eval(r)}
+    return [
+        f["eval/success"] - base[r["seed"]]["eval/success"]
+        for r in groups.get(variant, [])
+        if (f := final_eval(r)) and r["seed"] in base
+    ]
+
+
+def hist_keys(runs: list[dict]) -> list[str]:
+    """The ``step_groups/hist_<bin>`` keys ``runs`` logged, by the bin's lower bound."""
+    keys = {k for r in runs for t in r["train"] for k in t if _HIST.fullmatch(k)}
+    return sorted(keys, key=lambda k: int(_HIST.fullmatch(k).group(1)))
+
+
+def group_size_shares(runs: list[dict]) -> tuple[list[str], list[tuple[int, float, list[float]]]]:
+    """Step-group size distribution per iteration: (bin labels, [(iteration, mean number of step
+    groups, mean share of the step groups in each bin)]), means over seeds (finished runs when any).
+
+    Shares of groups, not of rows: the histogram counts groups by size bin, and a bin such as
+    ``5-8`` does not say how many rows its groups hold.
+    """
+    runs = [r for r in runs if final_eval(r)] or runs
+    keys = hist_keys(runs)
+    per_it: dict[int, list[tuple[float, list[float]]]] = {}
+    for r in runs:
+        last = {t["iteration"]: t for t in r["train"]}  # a resumed run may repeat an iteration: keep its last line
+        for it, t in last.items():
+            counts = [float(t.get(k, 0.0)) for k in keys]
+            if sum(counts) > 0:
+                per_it.setdefault(it, []).append((sum(counts), [c / sum(counts) for c in counts]))
+    rows = [
+        (it, statistics.mean(p[0] for p in pts), [statistics.mean(p[1][j] for p in pts) for j in range(len(keys))])
+        for it, pts in sorted(per_it.items())
+    ]
+    return [k.split("hist_", 1)[1] for k in keys], rows
+
+
 # ------------------------------------------------------------------ plots
 def plot_curves(groups: dict[str, list[dict]], key: str, x: str, path: Path, title: str) -> Path:
     """Held-out ``key`` (mean over seeds, band = ±1 sd) against iterations or training seconds."""
@@ -273,6 +342,40 @@ def plot_curves(groups: dict[str, list[dict]], key: str, x: str, path: Path, tit
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_group_sizes(groups: dict[str, list[dict]], path: Path, title: str) -> Path | None:
+    """Stacked shares of step groups per size bin against iterations, one panel per variant that
+    logged step groups (the paper's Figure 7, right); None when none did."""
+    panels = {v: group_size_shares(runs) for v, runs in groups.items() if not _same_as(runs) and hist_keys(runs)}
+    panels = {v: p for v, p in panels.items() if p[1]}
+    if not panels:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.2, 3.2), dpi=110, squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, (v, (labels, rows)) in zip(axes[0], panels.items()):
+        its = [it for it, _, _ in rows]
+        bottom = [0.0] * len(rows)
+        for j, lab in enumerate(labels):
+            share = [sh[j] for _, _, sh in rows]
+            ax.bar(its, share, bottom=bottom, width=0.85, color=cmap(j / max(1, len(labels) - 1)), label=f"size {lab}")
+            bottom = [b + x for b, x in zip(bottom, share)]
+        ax.set_title(v, fontsize=9)
+        ax.set_xlabel("training iteration")
+        ax.set_ylim(0, 1)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0][0].set_ylabel("share of step groups")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -313,10 +416,14 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
         )
         for x in ("iteration", "time")
     ]
-    if family != "alfworld":
+    score = family not in SCORE_IS_SUCCESS
+    if score:
         plots.append(
             plot_curves(groups, "eval/score", "iteration", res / "score_vs_iteration.png", f"{family}: held-out score")
         )
+    sizes = plot_group_sizes(groups, res / "step_group_sizes.png", f"{family}: step-group sizes per iteration")
+    plots += [sizes] if sizes else []
+    outcomes = outcome_keys(summaries)
     cfg = summaries[0]["config"]
     lines = [
         f"## {family}",
@@ -328,12 +435,24 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
         f"{cfg.get('env.eval_tasks')} eval-split tasks (temperature {cfg.get('rollout.eval_temperature')}). "
         f"Start: the shared SFT checkpoint `{Path(str(cfg.get('model.name_or_path'))).name}`. "
         "Success in points (0-100), mean ± sample sd over seeds; `final` is the held-out eval after "
-        "the last iteration, `change` is final minus the same run's eval before training.",
+        "the last iteration, `change` is final minus the same run's eval before training."
+        + (
+            " `vs grpo`: final success minus GRPO's final success of the same seed (paired: same tasks, same "
+            "start). At the final eval, `steps over optimal`: mean steps beyond the task's shortest solution "
+            "over the won episodes (a seed without a win is left out, the cell then names the seeds counted); "
+            "`deadlock rate`: share of episodes that pushed a box into a corner, in percent."
+            if outcomes
+            else ""
+        ),
         "",
         "| variant | seeds | before | final success | change | best eval | train success (last 3 it) "
-        + ("| final score " if family != "alfworld" else "")
+        + ("| final score " if score else "")
+        + ("| vs grpo " + "".join(f"| {OUTCOMES[k][0]} " for k in outcomes) if outcomes else "")
         + "| s / iter (median) | advantage share |",
-        "|---|---|---|---|---|---|---|" + ("---|" if family != "alfworld" else "") + "---|---|",
+        "|---|---|---|---|---|---|---|"
+        + ("---|" if score else "")
+        + ("---|" * (1 + len(outcomes)) if outcomes else "")
+        + "---|---|",
     ]
     for v, runs in groups.items():
         fin = [final_eval(r) for r in runs]
@@ -349,8 +468,14 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
             f"| {_label(v, runs)} | {len(ok)}/{len(runs)} | {fmt(before)} | {fmt(final)}{per_seed} "
             f"| {fmt(change)} | {fmt(best)} | {fmt(last3)} "
         )
-        if family != "alfworld":
+        if score:
             row += f"| {fmt([f.get('eval/score', math.nan) for _, f in ok], 1.0, 3)} "
+        if outcomes:
+            row += f"| {'-' if v == 'grpo' else fmt(paired_vs_grpo(groups, v))} "
+            for k in outcomes:
+                xs = [f[k] for _, f in ok if isinstance(f.get(k), (int, float)) and not math.isnan(f[k])]
+                seeds = f" ({len(xs)} of {len(ok)} seeds)" if xs and len(xs) < len(ok) else ""
+                row += f"| {fmt(xs, OUTCOMES[k][1], OUTCOMES[k][2])}{seeds} "
         cost = "-" if math.isnan(share) else f"{share * 100:.2g}% ({a * 1000:.1f} ms)"
         row += f"| {_num(it, '.1f')} | {cost} |"
         lines.append(row)
@@ -394,6 +519,7 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
             f"{_num(g('advantage_step/std'), '.3f')} | "
             f"{_num(g('actor/kl'), '.4f')} | {_num(g('actor/entropy'), '.3f')} |"
         )
+    lines += _group_size_table(groups, cfg)
     lines += [
         "",
         *[f"![{p.stem}](results/{family}/{p.name})" for p in plots],
@@ -404,16 +530,36 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
     return "\n".join(lines)
 
 
+def _group_size_table(groups: dict[str, list[dict]], cfg: dict) -> list[str]:
+    """Markdown lines of the step-group size distribution per iteration ([] when no run logged it)."""
+    tables = {v: group_size_shares(runs) for v, runs in groups.items() if not _same_as(runs) and hist_keys(runs)}
+    tables = {v: t for v, t in tables.items() if t[1]}
+    if not tables:
+        return []
+    labels = max((t[0] for t in tables.values()), key=len)
+    lines = [
+        "",
+        "Step-group sizes per iteration (training batch): share of the anchor-state step groups in each size "
+        f"bin, in percent, mean over seeds; `groups` is the mean number of step groups. With "
+        f"{cfg.get('env.group_size')} rollouts per task, a state every rollout passes once makes a group of "
+        f"{cfg.get('env.group_size')}; larger groups come from revisiting a state within a rollout.",
+        "",
+        "| variant | iteration | groups | " + " | ".join(f"size {b}" for b in labels) + " |",
+        "|---|---|---|" + "---|" * len(labels),
+    ]
+    for v, (bins, rows) in tables.items():
+        for it, n, shares in rows:
+            by_bin = dict(zip(bins, shares))
+            cells = " | ".join(_num(by_bin.get(b, math.nan) * 100, ".0f") for b in labels)
+            lines.append(f"| {v} | {it} | {n:.0f} | {cells} |")
+    return lines
+
+
 def _paired(groups: dict[str, list[dict]]) -> list[str]:
     """GiGPO minus GRPO, paired by seed (same tasks, same start), in points."""
     out = []
-    base = {r["seed"]: final_eval(r) for r in groups.get("grpo", []) if final_eval(r)}
     for v in ("gigpo_std_norm", "gigpo_mean_norm"):
-        diffs = [
-            (f["eval/success"] - base[r["seed"]]["eval/success"])
-            for r in groups.get(v, [])
-            if (f := final_eval(r)) and r["seed"] in base
-        ]
+        diffs = paired_vs_grpo(groups, v)
         if diffs:
             out.append(
                 f"- {v} minus grpo, final held-out success paired by seed: **{fmt(diffs)} points** "

@@ -13,6 +13,7 @@ import pytest
 from benchmark_scripts import BENCH, load
 
 SCRIPT = BENCH / "learning.py"
+ROOT = BENCH.parent
 
 
 L = load("learning.py", "learning_bench")
@@ -221,3 +222,167 @@ def test_rerun_skips_complete_runs_and_keeps_text_outside_the_markers(quick):
     assert "0 run(s) to do" in again.stdout  # ...because the plan found both complete
     text = md.read_text()
     assert "Hand-written analysis stays." in text and text.count("learning:alfworld:begin") == 1
+
+
+# ---- the report on synthetic summaries: Sokoban's outcome columns, step-group sizes; other families unchanged
+
+
+def test_sokoban_budget_and_placeholder_cost_are_planned(tmp_path):
+    args = L.parse_args(["--family", "sokoban", "--runs-dir", str(tmp_path)])
+    assert (args.iterations, args.eval_every) == (10, 5) and args.config.name == "sokoban_tiny.yaml"
+    from gigpo.train.config import load_config
+
+    run = L.plan_runs(args, "/models/sft")[0]
+    assert load_config(args.config, run["overrides"]).env.family == "sokoban"
+    minutes, how = L.estimate_minutes(args, L.plan_runs(args, "/models/sft"))
+    assert minutes > 0 and "placeholder" in how  # not presented as measured
+
+
+def test_export_keeps_step_group_histograms_and_family_eval_metrics(tmp_path):
+    run = tmp_path / "gigpo_mean_norm-s1"
+    run.mkdir()
+    lines = [
+        {"iteration": 0, "tag": "eval_before", "eval/success": 0.25, "eval/deadlock_rate": 0.5},
+        {
+            "iteration": 1,
+            "tag": "train",
+            "time/iteration": 3.0,
+            "rollout/deadlock_rate": 0.25,
+            "step_groups/hist_1": 4,
+            "step_groups/hist_9+": 2,
+            "actor/pg_loss": 0.1,  # not exported
+        },
+        {
+            "iteration": 1,
+            "tag": "eval_final",
+            "eval/success": 0.5,
+            "eval/steps_over_optimal": 1.5,
+            "eval/deadlock_rate": 0.125,
+            "eval/optimal_rate": 0.5,
+        },
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "out"
+    (p,) = R.export_summaries(tmp_path, out, "sokoban", [run.name])
+    s = json.loads(p.read_text())
+    assert s["train"] == [
+        {
+            "iteration": 1,
+            "rollout/deadlock_rate": 0.25,
+            "time/iteration": 3.0,
+            "step_groups/hist_1": 4,
+            "step_groups/hist_9+": 2,
+        }
+    ]
+    fin = R.final_eval(s)
+    assert fin["eval/steps_over_optimal"] == 1.5 and fin["eval/deadlock_rate"] == 0.125 and fin["train_seconds"] == 3.0
+
+
+HIST = ("1", "2", "3-4", "5-8", "9+")
+
+
+def _summary(variant, seed, final, outcomes, hist):
+    """A run summary as export_summaries writes it: 4 iterations, evals at 0, 2 and 4."""
+    cfg = {
+        "env.group_size": 8,
+        "env.tasks_per_iter": 8,
+        "env.max_steps": 15,
+        "env.eval_tasks": 64,
+        "train.iterations": 4,
+        "train.lr": 5e-5,
+        "rollout.eval_temperature": 0.4,
+        "model.name_or_path": "/cache/sft-sokoban-0123",
+        "algorithm.estimator": variant.split("_")[0],
+    }
+    train = []
+    for it in range(1, 5):
+        t = {"iteration": it, "rollout/success": 0.1 * it, "time/iteration": 30.0, "time/advantage": 0.01}
+        if hist:  # large groups early, groups of the rollout count (5-8) late; seed 1 has 2 more singletons
+            t |= {f"step_groups/hist_{b}": c for b, c in zip(HIST, [2 + 2 * seed, 0, 0, 2 * it, 8 - 2 * it])}
+        train.append(t)
+    evals = [
+        {"iteration": 0, "tag": "eval_before", "train_seconds": 0.0, "eval/success": 0.25},
+        {"iteration": 2, "tag": "eval", "train_seconds": 60.0, "eval/success": (0.25 + final) / 2},
+        {"iteration": 4, "tag": "eval_final", "train_seconds": 120.0, "eval/success": final, **outcomes},
+    ]
+    return {
+        "name": f"{variant}-s{seed}",
+        "variant": variant,
+        "seed": seed,
+        "config": cfg,
+        "evals": evals,
+        "train": train,
+    }
+
+
+def _row(text, variant):
+    line = next(ln for ln in text.splitlines() if ln.startswith(f"| {variant} | 2/2 |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_sokoban_section_has_outcome_columns_paired_differences_and_group_sizes(tmp_path):
+    finals = {"gigpo_std_norm": (0.5, 0.75), "gigpo_mean_norm": (0.375, 0.5), "grpo": (0.25, 0.5), "rloo": (0.25, 0.25)}
+    steps = {"gigpo_std_norm": (0.5, 1.5), "gigpo_mean_norm": (1.0, 2.0), "grpo": (2.0, 3.0), "rloo": (4.0, None)}
+    res = tmp_path / "out" / "results" / "sokoban"
+    res.mkdir(parents=True)
+    for v, fs in finals.items():
+        for seed, f in enumerate(fs):
+            outc = {"eval/deadlock_rate": 0.1 * (seed + 1), "eval/optimal_rate": 0.5}
+            if steps[v][seed] is not None:  # rloo's seed 1 won nothing: no steps_over_optimal logged
+                outc["eval/steps_over_optimal"] = steps[v][seed]
+            s = _summary(v, seed, f, outc, hist=v.startswith("gigpo"))
+            (res / f"{s['name']}.json").write_text(json.dumps(s))
+    # --report-only rebuilds the section from the per-run JSON alone (no run dirs)
+    assert (
+        L.main(
+            [
+                "--family",
+                "sokoban",
+                "--report-only",
+                "--out",
+                str(tmp_path / "out"),
+                "--runs-dir",
+                str(tmp_path / "none"),
+            ]
+        )
+        == 0
+    )
+    text = (tmp_path / "out" / "results.md").read_text()
+    header = next(ln for ln in text.splitlines() if ln.startswith("| variant | seeds |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[7:10] == ["vs grpo", "steps over optimal", "deadlock rate"] and "final score" not in cols
+    # paired by seed: gigpo_std_norm (0.5-0.25, 0.75-0.5) = +25, +25 points
+    assert _row(text, "gigpo_std_norm")[7:10] == ["25.0 ± 0.0", "1.00 ± 0.71", "15.0 ± 7.1"]
+    assert _row(text, "gigpo_mean_norm")[7] == R.fmt([0.125, 0.0]) == "6.2 ± 8.8"
+    assert _row(text, "grpo")[7] == "-"
+    assert _row(text, "rloo")[7:9] == ["-12.5 ± 17.7", "4.00 (1 of 2 seeds)"]
+    # step-group sizes: GiGPO variants only, shares of groups averaged over the two seeds
+    table = [ln for ln in text.splitlines() if ln.startswith("| gigpo_std_norm | ") and ln.count("|") == 9]
+    assert len(table) == 4
+    for it, ln in enumerate(table, start=1):
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        tot = [10 + 2 * s for s in (0, 1)]
+        want = [
+            sum(c / t for c, t in zip(cs, tot)) / 2 * 100
+            for cs in zip(*[[2 + 2 * s, 0, 0, 2 * it, 8 - 2 * it] for s in (0, 1)])
+        ]
+        assert cells[1] == str(it) and float(cells[2]) == pytest.approx(11)
+        assert [float(c) for c in cells[3:]] == pytest.approx(want, abs=0.5)
+    assert not any(ln.startswith(("| grpo | 1 |", "| rloo | 1 |")) for ln in text.splitlines())
+    png = res / "step_group_sizes.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](results/sokoban/step_group_sizes.png)" in text
+    assert not (res / "score_vs_iteration.png").exists()  # sokoban's score is its success
+
+
+@pytest.mark.parametrize("family", ["alfworld", "webshop"])
+def test_sections_without_those_metrics_rebuild_exactly_as_committed(family, tmp_path):
+    committed = ROOT / "docs" / "results" / family
+    res = tmp_path / "results" / family
+    res.mkdir(parents=True)
+    for p in committed.glob("*.json"):
+        (res / p.name).write_text(p.read_text())
+    R.write_report(tmp_path, family)
+    pat = re.escape(R.BEGIN.format(family)) + ".*?" + re.escape(R.END.format(family))
+    want = re.search(pat, (ROOT / "docs" / "results.md").read_text(), re.S).group(0)
+    assert re.search(pat, (tmp_path / "results.md").read_text(), re.S).group(0) == want
+    assert not (res / "step_group_sizes.png").exists()

@@ -1,9 +1,10 @@
 """Tests for gigpo.envs.sokoban: moves and pushes, rewards, invalid actions, deadlocks, the BFS
-solver and expert, and the generated task sets (solvable, not pre-solved, connected, disjoint,
-deterministic)."""
+solver and expert, the generated task sets (solvable, not pre-solved, connected, disjoint,
+deterministic), and the family's rollout metrics through the real rollout loop."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -380,3 +381,137 @@ def test_bad_task_rejected_clearly(env):
         env.reset(Task("sokoban", "x", "train", "", {}))
     with pytest.raises(ValueError, match="split"):
         make_tasks("sokoban", "test")
+
+
+# ---- rollout metrics: FamilySpec.metrics on real episodes through the real rollout loop ----------
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A small real byte-level BPE tokenizer with a ChatML template (trained in well under a second)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = ["<think></think><action>up</action>", "down left right jump", " # \t _ \t O \t X \t P \t"] * 20
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|im_start|>", "<|im_end|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    fast.chat_template = CHATML
+    return fast
+
+
+class ScriptedGenerator:
+    """Answers every prompt with ``<think></think><action>{move(slot, t)}</action>`` (t: the slot's
+    step); the rollout loop sends the prompts of ``envs.active()`` in that order."""
+
+    def __init__(self, envs, tokenizer, move):
+        self.envs, self.tok, self.move, self.t = envs, tokenizer, move, {}
+
+    def generate(self, prompts, params, constraints=None):
+        from gigpo.policy import Generation
+
+        slots = self.envs.active()
+        assert len(slots) == len(prompts)
+        out = []
+        for s in slots:
+            t = self.t[s] = self.t.get(s, -1) + 1
+            text = f"<think></think><action>{self.move(s, t)}</action>"
+            ids = np.asarray(self.tok(text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+            out.append(Generation(ids, np.zeros(len(ids), np.float32), True))
+        return out
+
+
+def _corner_plan(task: Task) -> list[str] | None:
+    """Moves that push a 1-box room's box into a non-target corner (a deadlock) without ever
+    crossing the target (which would win), or None when no corner can be reached so."""
+    level = parse_level(task.data["room"])
+    (target,) = level.targets
+    corners = sorted(c for c in level.floor - level.targets if is_corner_deadlock(level, frozenset((c,))))
+    for c in corners:
+        # the target as a wall: a shortest plan of that room never steps on it, so it replays in the real one
+        plan = solve(dataclasses.replace(level, floor=level.floor - {target}, targets=frozenset((c,))))
+        if plan:
+            return plan
+    return None
+
+
+def _rollout(tasks, group_size, tokenizer, move, max_steps, *, eval_=False):
+    from gigpo.agent import Agent
+    from gigpo.envs.manager import GroupedEnvs
+    from gigpo.policy import SamplingParams
+    from gigpo.rollout import eval_rollout, rollout, rollout_metrics
+
+    agent = Agent("sokoban", tokenizer, max_prompt_tokens=8192)
+    with GroupedEnvs("sokoban", group_size=group_size, max_steps=max_steps) as envs:
+        gen = ScriptedGenerator(envs, tokenizer, lambda s, t: move(envs, s, t))
+        if eval_:
+            return eval_rollout(envs, tasks, gen, tokenizer, agent)
+        batch = rollout(envs, tasks, gen, tokenizer, agent, SamplingParams(max_new_tokens=16))
+        return batch, rollout_metrics(batch)
+
+
+def _expert(envs, s, t):
+    return envs.expert_actions([s])[s]
+
+
+def test_expert_rollout_has_no_deadlock_and_no_extra_steps(tokenizer):
+    tasks = make_tasks("sokoban", "eval", n=4)
+    limit = max(t.data["optimal_steps"] for t in tasks) + 5
+    batch, m = _rollout(tasks, 1, tokenizer, _expert, limit, eval_=True)  # the eval path: one rollout per task
+    assert m["success"] == 1.0 and m["num_trajectories"] == 4
+    assert m["deadlock_rate"] == 0.0 and m["steps_over_optimal"] == 0.0 and m["optimal_rate"] == 1.0
+    # the rollout recorded exactly the spec's keys of each trajectory's last info, in slot order
+    assert batch.meta["traj_info"] == [{"deadlocked": False, "optimal_steps": t.data["optimal_steps"]} for t in tasks]
+    assert batch.traj_length.tolist() == [t.data["optimal_steps"] for t in tasks]
+
+
+def test_deadlocks_and_detours_are_counted_per_trajectory(tokenizer):
+    from gigpo.batch import select_trajectories
+    from gigpo.rollout import rollout_metrics
+
+    tasks = [t for t in make_tasks("sokoban", "train", n=30) if _corner_plan(t)][:3]
+    assert len(tasks) == 3
+    plans = [_corner_plan(t) for t in tasks]
+    limit = max(max(t.data["optimal_steps"] for t in tasks) + 5, max(map(len, plans)) + 2)
+
+    def move(envs, s, t):
+        # per group of 3: the expert; one invalid action then the expert (one step over optimal);
+        # a walk that corners the box, then "up" until the step limit
+        kind = s % 3
+        if kind == 0 or (kind == 1 and t > 0):
+            return _expert(envs, s, t)
+        if kind == 1:
+            return "jump"
+        plan = plans[s // 3]
+        return plan[t] if t < len(plan) else "up"
+
+    batch, m = _rollout(tasks, 3, tokenizer, move, limit)
+    kind = np.arange(9) % 3
+    assert batch.traj_won.tolist() == (kind < 2).tolist()
+    assert [d["deadlocked"] for d in batch.meta["traj_info"]] == (kind == 2).tolist()
+    assert batch.traj_length[kind == 2].tolist() == [limit] * 3 and batch.traj_truncated[kind == 2].all()
+    optimal = np.repeat([t.data["optimal_steps"] for t in tasks], 3)
+    assert (batch.traj_length - optimal)[kind < 2].tolist() == [0, 1] * 3
+    assert m["success"] == pytest.approx(2 / 3)
+    assert m["deadlock_rate"] == pytest.approx(1 / 3)
+    assert m["steps_over_optimal"] == pytest.approx(0.5) and m["optimal_rate"] == pytest.approx(0.5)
+    # the per-trajectory outcomes follow a selection of trajectories (e.g. the trainer's fault filter)
+    only_corner = rollout_metrics(select_trajectories(batch, kind == 2))
+    assert only_corner["deadlock_rate"] == 1.0 and only_corner["success"] == 0.0
+    assert "steps_over_optimal" not in only_corner and "optimal_rate" not in only_corner  # none won
+    detours = rollout_metrics(select_trajectories(batch, kind == 1))
+    assert detours["deadlock_rate"] == 0.0 and detours["steps_over_optimal"] == 1.0 and detours["optimal_rate"] == 0.0

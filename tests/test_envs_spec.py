@@ -272,6 +272,8 @@ def test_register_twice_and_bad_specs_are_clear_errors(registry):
         FamilySpec(name="x", module="m", system_prompt="x", action_format="y", action_syntax="json")
     with pytest.raises(ValueError, match="name must be"):
         FamilySpec(name="my family", module="m", system_prompt="x", action_format="y")
+    with pytest.raises(ValueError, match="traj_info_keys must be a tuple"):  # a bare string would be its letters
+        FamilySpec(name="x", module="m", system_prompt="x", action_format="y", traj_info_keys="deadlocked")
     # Registered without importing its module; importing happens only when an env is made.
     assert get_family("dummy").module == "nowhere.dummy"
     with pytest.raises(ModuleNotFoundError):

@@ -115,6 +115,39 @@ def test_concat_batches_offsets_ids_and_advantages_are_per_group():
     np.testing.assert_allclose(_adv(c, "gigpo"), _adv(whole, "gigpo"))
 
 
+def test_per_trajectory_meta_lists_follow_selection_and_concatenation():
+    """``meta["traj_info"]`` (a family's ``traj_info_keys``) stays aligned like ``traj_tool_calls``."""
+    b = _batch(TRAJS, 3)
+    b.meta["traj_info"] = [{"t": t, "won": bool(w)} for t, w in enumerate(b.traj_won)]
+    keep = np.ones(12, bool)
+    keep[[1, 4, 9]] = False
+    kept = select_trajectories(b, keep)
+    assert [d["t"] for d in kept.meta["traj_info"]] == [0, 2, 3, 5, 6, 7, 8, 10, 11]
+    assert kept.meta["traj_tool_calls"] == [d["t"] for d in kept.meta["traj_info"]]
+    assert [d["won"] for d in kept.meta["traj_info"]] == kept.traj_won.tolist()  # entry t is trajectory t's
+    assert select_trajectories(b, np.zeros(12, bool)).meta["traj_info"] == []
+    # concatenation: rounds in order; a batch without the list contributes empty dicts, one per trajectory
+    a, c = _batch(TRAJS[:6], 3), _batch(TRAJS[6:], 3)
+    a.meta["traj_info"] = [{"t": t} for t in range(6)]
+    cat = concat_batches([a, c, kept])
+    assert cat.num_trajectories == 6 + 6 + 9
+    assert cat.meta["traj_info"][:6] == a.meta["traj_info"] and cat.meta["traj_info"][6:12] == [{}] * 6
+    assert cat.meta["traj_info"][12:] == kept.meta["traj_info"]
+    assert cat.meta["traj_info"][6] is not cat.meta["traj_info"][7]  # fills are distinct dicts
+    assert [d.get("won") for d in cat.meta["traj_info"][12:]] == cat.traj_won[12:].tolist()
+    assert cat.meta["traj_tool_calls"] == [*range(6), *range(6), *kept.meta["traj_tool_calls"]]
+    # then selected again: still aligned with the trajectory columns
+    again = select_trajectories(cat, cat.traj_won)
+    assert [d.get("won", True) for d in again.meta["traj_info"]] == [True] * again.num_trajectories
+    assert len(again.meta["traj_info"]) == again.num_trajectories == int(cat.traj_won.sum())
+    # a list of the wrong length is a bug upstream, not something to truncate silently
+    b.meta["traj_info"] = b.meta["traj_info"][:-1]
+    with pytest.raises(ValueError, match="traj_info"):
+        select_trajectories(b, np.ones(12, bool))
+    with pytest.raises(ValueError, match="traj_info"):
+        concat_batches([b, c])
+
+
 def _cfg(**kw):
     return GuardConfig(**kw)
 

@@ -30,14 +30,24 @@ Trajectory columns (length T)
     traj_episode_id int64, traj_task_id object, traj_task_type object, traj_won bool,
     traj_score float32, traj_length int32, traj_failed bool (env fault, see envs.manager),
     traj_truncated bool (hit max_steps).
+
+Per-trajectory meta
+    Every ``meta`` key named ``traj_*`` (the rollout's ``traj_tool_calls`` and ``traj_info``) is a
+    list with one entry per trajectory, in trajectory order; ``select_trajectories`` and
+    ``concat_batches`` keep it aligned with the trajectory columns.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+
+# What a batch that lacks a per-trajectory meta list contributes per trajectory when concatenated
+# with one that has it (keys not named here: None).
+TRAJ_META_FILL: dict[str, Any] = {"traj_tool_calls": 0, "traj_info": {}}
 
 ROW_FIELDS = (
     "episode_id",
@@ -139,12 +149,27 @@ class StepBatch:
         return _obj(values)
 
 
+def _traj_meta(batch: StepBatch, key: str) -> list | None:
+    """``batch.meta[key]`` as a per-trajectory list (None when absent), checked for length."""
+    v = batch.meta.get(key)
+    if v is None:
+        return None
+    if len(v) != batch.num_trajectories:
+        raise ValueError(f"StepBatch.meta[{key!r}] has {len(v)} entries, expected {batch.num_trajectories}")
+    return list(v)
+
+
+def _traj_meta_keys(batches) -> list[str]:
+    keys = dict.fromkeys(k for b in batches for k, v in b.meta.items() if k.startswith("traj_") and v is not None)
+    return list(keys)
+
+
 def select_trajectories(batch: StepBatch, keep) -> StepBatch:
     """The trajectories where ``keep`` (bool [T]) is true, with their rows, renumbered.
 
     ``traj_id`` becomes 0..T'-1 and ``episode_id`` 0..E'-1 in their old order, so the result is
     an ordinary StepBatch (an episode group that loses every trajectory disappears). ``meta`` is
-    kept, except ``traj_tool_calls``, which follows the kept trajectories.
+    kept, except its per-trajectory lists (``traj_*``), which follow the kept trajectories.
     """
     keep = np.asarray(keep, dtype=bool)
     if keep.shape != (batch.num_trajectories,):
@@ -166,8 +191,8 @@ def select_trajectories(batch: StepBatch, keep) -> StepBatch:
     kw["episode_id"] = np.asarray([ep_map[int(e)] for e in batch.episode_id[rows]], dtype=np.int64)
     kw["traj_episode_id"] = np.asarray([ep_map[int(e)] for e in batch.traj_episode_id[keep]], dtype=np.int64)
     meta = dict(batch.meta)
-    if meta.get("traj_tool_calls") is not None:
-        meta["traj_tool_calls"] = [c for c, k in zip(meta["traj_tool_calls"], keep) if k]
+    for key in _traj_meta_keys([batch]):
+        meta[key] = [x for x, k in zip(_traj_meta(batch, key), keep) if k]
     kw["meta"] = meta
     return StepBatch(**kw)
 
@@ -175,7 +200,8 @@ def select_trajectories(batch: StepBatch, keep) -> StepBatch:
 def concat_batches(batches) -> StepBatch:
     """One StepBatch from several (e.g. rollout rounds of one iteration), ids offset so that
     episode groups and trajectories stay distinct. Numeric ``meta`` counters are summed,
-    ``traj_tool_calls`` concatenated, other meta keys taken from the first batch."""
+    per-trajectory lists (``traj_*``) concatenated (``TRAJ_META_FILL`` for a batch without one),
+    other meta keys taken from the first batch."""
     batches = list(batches)
     if not batches:
         raise ValueError("concat_batches needs at least one batch")
@@ -208,9 +234,10 @@ def concat_batches(batches) -> StepBatch:
     for k, v in batches[0].meta.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "group_size":
             meta[k] = sum(b.meta.get(k, 0) for b in batches)
-    if any(b.meta.get("traj_tool_calls") is not None for b in batches):
-        meta["traj_tool_calls"] = [
-            c for b in batches for c in (b.meta.get("traj_tool_calls") or [0] * b.num_trajectories)
+    for key in _traj_meta_keys(batches):
+        fill = TRAJ_META_FILL.get(key)
+        meta[key] = [
+            x for b in batches for x in (_traj_meta(b, key) or [copy.copy(fill) for _ in range(b.num_trajectories)])
         ]
     kw["meta"] = meta
     return StepBatch(**kw)

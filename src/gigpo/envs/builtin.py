@@ -122,6 +122,28 @@ SEARCH = FamilySpec(
 )
 
 
+def _sokoban_metrics(batch) -> dict:
+    """``deadlock_rate``: share of trajectories that cornered a box (``info["deadlocked"]``);
+    over the won trajectories, ``steps_over_optimal``: mean episode length minus the task's
+    ``optimal_steps``, and ``optimal_rate``: share won in exactly ``optimal_steps``. The last two
+    are absent when no trajectory won (a mean over nothing is no number to log)."""
+    import numpy as np
+
+    info = batch.meta.get("traj_info")
+    if not info:
+        return {}
+    m = {"deadlock_rate": float(np.mean([bool(d.get("deadlocked")) for d in info]))}
+    over = [
+        int(n) - int(d["optimal_steps"])
+        for d, n, won in zip(info, batch.traj_length, batch.traj_won)
+        if won and d.get("optimal_steps") is not None
+    ]
+    if over:
+        m["steps_over_optimal"] = float(np.mean(over))
+        m["optimal_rate"] = float(np.mean([x <= 0 for x in over]))
+    return m
+
+
 def sokoban_reason(action: str) -> str:
     """The Sokoban family's ``FamilySpec.expert_reason`` (the expert follows a shortest solution)."""
     return f"Moving {action} keeps me on a shortest way to push every box onto a target without cornering one."
@@ -141,6 +163,8 @@ SOKOBAN = FamilySpec(
     default_history=2,
     fallback_tail=10,
     expert_reason=sokoban_reason,
+    metrics=_sokoban_metrics,
+    traj_info_keys=("deadlocked", "optimal_steps"),
     # Grids of a few symbols and four actions: few episodes give the tokenizer all of them.
     tiny_corpus_episodes=40,
 )

@@ -57,6 +57,9 @@ class FamilySpec:
             given the lower-cased action; None: a generic reason. Unused for ``search`` syntax
             (its expert text carries its own tag).
         metrics: ``StepBatch -> dict`` of extra rollout metrics, merged into ``rollout_metrics``.
+        traj_info_keys: env ``info`` keys the rollout copies from each trajectory's last info
+            into ``meta["traj_info"]`` (one dict per trajectory, keys the info lacks left out),
+            for a ``metrics`` hook that needs per-episode outcomes (sokoban: ``deadlocked``).
         sft_relabel: SFT demos add counterfactual task relabellings (``gigpo.agent.relabel``,
             written for ALFWorld's task and observation wording).
         thread_safe: envs may run in threads (``env.executor=thread``); False refuses that.
@@ -80,6 +83,7 @@ class FamilySpec:
     tool_call_kinds: tuple[str, ...] = ()
     expert_reason: Callable[[str], str] | None = field(default=None, compare=False)
     metrics: Callable[[Any], dict] | None = field(default=None, compare=False)
+    traj_info_keys: tuple[str, ...] = ()
     sft_relabel: bool = False
     thread_safe: bool = True
     tiny_corpus_episodes: int = 0
@@ -105,6 +109,8 @@ class FamilySpec:
             v = getattr(self, k)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{where}.{k} must be an int >= 0, got {v!r}")
+        if not isinstance(self.traj_info_keys, tuple) or not all(isinstance(k, str) for k in self.traj_info_keys):
+            raise ValueError(f"{where}.traj_info_keys must be a tuple of info key strings, got {self.traj_info_keys!r}")
         for k in ("expert_reason", "metrics"):
             if getattr(self, k) is not None and not callable(getattr(self, k)):
                 raise ValueError(f"{where}.{k} must be callable or None, got {getattr(self, k)!r}")

@@ -29,6 +29,11 @@ def _tool_calls(info: dict, searches: int) -> int:
     return int(v) if v is not None else searches
 
 
+def _final_info(info: dict, keys: Sequence[str]) -> dict:
+    """The ``FamilySpec.traj_info_keys`` entries of a trajectory's last info (absent keys left out)."""
+    return {k: info[k] for k in keys if k in info}
+
+
 def rollout(
     envs,
     tasks: Sequence[Task],
@@ -59,9 +64,10 @@ def rollout(
         family, group_size, num_tasks, steps (loop iterations), prompts (prompts built),
         history_dropped (history entries cut for length), observation_truncated and
         prompt_hard_truncated (prompts cut), generated_tokens, traj_tool_calls (per trajectory:
-        the env's ``tool_calls`` count, else the number of <search> actions), and seconds spent in
-        time_reset_s / time_prompt_s / time_generate_s / time_env_s (decode, parse, env step) /
-        time_total_s.
+        the env's ``tool_calls`` count, else the number of <search> actions), traj_info (only for a
+        family with ``FamilySpec.traj_info_keys``: per trajectory, those keys of its last info),
+        and seconds spent in time_reset_s / time_prompt_s / time_generate_s / time_env_s (decode,
+        parse, env step) / time_total_s.
     """
     if not tasks:
         raise ValueError("rollout needs at least one task")
@@ -158,6 +164,8 @@ def rollout(
         raise RuntimeError(f"envs.results() gave {len(results)} episodes for {n_slots} slots")
     lengths = np.bincount(np.asarray(rows["traj_id"], dtype=np.int64), minlength=n_slots).astype(np.int32)
     meta["traj_tool_calls"] = [_tool_calls(cur[s][1], searches[s]) for s in range(n_slots)]
+    if agent.spec.traj_info_keys:
+        meta["traj_info"] = [_final_info(cur[s][1], agent.spec.traj_info_keys) for s in range(n_slots)]
     meta.update(group_size=group, num_tasks=len(tasks), steps=t, time_total_s=time.perf_counter() - t0)
     order = np.lexsort((np.asarray(rows["step"]), np.asarray(rows["traj_id"])))  # trajectory-major, time order
     obj = StepBatch.object_array

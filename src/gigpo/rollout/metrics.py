@@ -8,7 +8,8 @@ Keys (fixed names):
     invalid_action_rate     fraction of steps whose response did not parse (docs/algorithm.md#action-parsing)
     failed_rate, truncated_rate   fraction of trajectories with an env fault / cut at max_steps
     tool_calls_per_question mean tool calls per trajectory (search family only)
-    ...                     a family's ``FamilySpec.metrics`` keys (search: tool_calls_per_question)
+    ...                     a family's ``FamilySpec.metrics`` keys (search: tool_calls_per_question;
+                            sokoban: deadlock_rate, steps_over_optimal, optimal_rate)
     prompt_history_dropped, prompt_observation_truncated, prompt_hard_truncated
                             prompt-overflow cuts per prompt built
     num_trajectories, num_steps
