@@ -380,3 +380,17 @@ def test_bad_task_rejected_clearly(env):
         env.reset(Task("sokoban", "x", "train", "", {}))
     with pytest.raises(ValueError, match="split"):
         make_tasks("sokoban", "test")
+
+
+def test_state_anchor_is_player_and_boxes(env):
+    _, info = env.reset(_task("######", "#P_X_#", "#___O#", "######"))
+    start = info["state_anchor"]
+    assert start == "player 7; boxes [9]"
+    _, _, _, info = env.step("up")  # into the wall: same state, same key
+    assert info["state_anchor"] == start
+    _, _, _, info = env.step("jump")  # invalid: the state stays
+    assert info["state_anchor"] == start
+    _, _, _, info = env.step("right")
+    assert info["state_anchor"] == "player 8; boxes [9]"
+    _, _, _, info = env.step("left")
+    assert info["state_anchor"] == start and info["anchor"] == env.level.render(style="compact")
