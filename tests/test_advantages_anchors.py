@@ -166,3 +166,16 @@ def test_state_mixing_counts_observation_groups_whose_states_differ():
     # rows without a state key are not compared; other episode groups never mix
     m = state_mixing([0, 0, 1, 1], ["o", "o", "o", "p"], ["s", None, "t", "u"])
     assert m["groups"] == 1 and m["mixed_groups"] == 0 and m["mixed_share"] == 0.0
+
+
+def test_context_anchors_equal_the_hierarchy_of_the_context_levels_on_random_rollouts():
+    rng = np.random.default_rng(0)
+    ep = np.repeat(np.arange(3), 40)
+    tr = np.repeat(np.arange(12), 10)
+    obs = [f"room {r}" for r in rng.integers(0, 4, len(ep))]
+    act = [f"go {r}" for r in rng.integers(0, 2, len(ep))]
+    for k in (1, 2, 3):
+        chosen, keys = hierarchical_anchors(ep, context_levels(tr, obs, act, k))
+        assert set(chosen.tolist()) == set(range(k + 1))  # every level is taken by some row here
+        expected = [json.dumps([lvl, *key]) for lvl, key in keys]
+        assert list(context_anchors(ep, tr, obs, act, k)) == expected

