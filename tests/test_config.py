@@ -270,3 +270,20 @@ def test_names_are_read_from_the_implementing_code():
             load_config(None, [f"{key}={n}"] + (["env.step_timeout=0", "env.reset_timeout=0"] if n == "inline" else []))
         with pytest.raises(ConfigError, match=key):
             load_config(None, [f"{key}=nope"])
+
+
+def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
+    assert load_config(None, []).algorithm.anchor == "observation"  # the paper's anchor by default
+    for value in ("observation", "state", "context-1", "context-2"):
+        assert load_config(None, [f"algorithm.anchor={value}"]).algorithm.anchor == value
+    for bad in ("obs", "context", "context-0", "history-2"):
+        with pytest.raises(
+            ConfigError, match=rf"algorithm\.anchor: '{bad}' is not an anchor definition; allowed: observation, state, "
+        ):
+            load_config(None, [f"algorithm.anchor={bad}"])
+    # context-k looks back at most as far as the prompt does
+    with pytest.raises(ConfigError, match=r"algorithm\.anchor: 'context-3' .* env\.history_length=2; use context-<k>"):
+        load_config(None, ["algorithm.anchor=context-3"])
+    with pytest.raises(ConfigError, match="env.history_length=0; use observation or state"):
+        load_config(None, ["algorithm.anchor=context-1", "env.history_length=0"])
+    assert "algorithm.anchor (str, default 'observation')" in help_text()

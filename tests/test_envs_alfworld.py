@@ -223,3 +223,26 @@ def test_valid_seen_eval_split_is_new_layouts_of_training_goals(env):
     assert first_scene == obs_seen
     with pytest.raises(ValueError, match="eval_split"):
         make_tasks("alfworld", "eval", n=1, eval_split="valid_unseeen")
+
+
+def test_state_anchor_tells_holding_from_not_holding_where_the_observation_cannot(env):
+    """docs/algorithm.md#anchor-definitions: the expert walks to the target receptacle, fetches the
+    object and comes back; the arrival text reads the same, the engine state does not."""
+    task = make_tasks("alfworld", "train", n=1, seed=0)[0]
+    obs, info = env.reset(task)
+    assert info["state_anchor"] == env.reset(task)[1]["state_anchor"]  # canonical: a reset gives the same key
+    assert "atlocation(agent1" in info["state_anchor"] and "holds(" not in info["state_anchor"]
+    seen = [(obs, info["state_anchor"])]
+    for _ in range(30):
+        obs, _, done, info = env.step(env.expert_action())
+        same_text = [s for o, s in seen if o == obs]
+        if same_text and info["state_anchor"] not in same_text:
+            break
+        seen.append((obs, info["state_anchor"]))
+        assert not done
+    else:
+        pytest.fail("the expert never came back to an observation it had seen in another state")
+    assert "holds(agent1" in info["state_anchor"] and not any("holds(" in s for s in same_text)
+    # the key is the physical facts only, sorted: no bookkeeping of what was seen
+    facts = info["state_anchor"].split("; ")
+    assert facts == sorted(facts) and not any(f.startswith(("checked(", "wasinreceptacle(")) for f in facts)

@@ -360,3 +360,16 @@ def test_expert_reaches_em_within_four_steps_and_retrieval_finds_each_hop(split)
                 break
         assert done and info["won"], task
         assert info["tool_calls"] == (2 if task.task_type == "multi_hop" else 1)
+
+
+def test_state_anchor_is_the_set_of_documents_retrieved_so_far(env):
+    _, info = env.reset(_task())
+    assert info["state_anchor"] == "docs "
+    _, _, _, info = env.step("<search>Brisk Hollow</search>")
+    first = info["state_anchor"]
+    assert first.startswith("docs ") and "0" in first.split("docs ")[1].split(", ")
+    _, _, _, info = env.step("I am not sure.")  # invalid: anchor "", the state stays
+    assert info["anchor"] == "" and info["state_anchor"] == first
+    _, _, _, info = env.step("<search>Brisk Hollow</search>")  # the same documents again
+    assert info["state_anchor"] == first
+    assert env.reset(_task())[1]["state_anchor"] == "docs "

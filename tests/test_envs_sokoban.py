@@ -515,3 +515,17 @@ def test_deadlocks_and_detours_are_counted_per_trajectory(tokenizer):
     assert "steps_over_optimal" not in only_corner and "optimal_rate" not in only_corner  # none won
     detours = rollout_metrics(select_trajectories(batch, kind == 1))
     assert detours["deadlock_rate"] == 0.0 and detours["steps_over_optimal"] == 1.0 and detours["optimal_rate"] == 0.0
+
+
+def test_state_anchor_is_player_and_boxes(env):
+    _, info = env.reset(_task("######", "#P_X_#", "#___O#", "######"))
+    start = info["state_anchor"]
+    assert start == "player 7; boxes [9]"
+    _, _, _, info = env.step("up")  # into the wall: same state, same key
+    assert info["state_anchor"] == start
+    _, _, _, info = env.step("jump")  # invalid: the state stays
+    assert info["state_anchor"] == start
+    _, _, _, info = env.step("right")
+    assert info["state_anchor"] == "player 8; boxes [9]"
+    _, _, _, info = env.step("left")
+    assert info["state_anchor"] == start and info["anchor"] == env.level.render(style="compact")

@@ -376,3 +376,28 @@ def test_reset_rejects_tasks_without_a_goal_index(env):
         env.reset(Task(family="webshop", task_id="abc"))
     with pytest.raises(ValueError, match="out of range"):
         env.reset(Task(family="webshop", task_id="999999"))
+
+
+def test_state_anchor_names_the_query_and_the_chosen_options_the_anchor_omits(env, eval_tasks):
+    """docs/algorithm.md#anchor-definitions: choosing an option leaves the page text (the anchor) as it
+    was; the state key changes."""
+    for task in eval_tasks:
+        _, info = env.reset(task)
+        assert info["state_anchor"] == "index"
+        changed = []
+        for _ in range(15):
+            action = env.expert_action()
+            _, _, done, nxt = env.step(action)
+            if nxt["anchor"] == info["anchor"] and nxt["state_anchor"] != info["state_anchor"]:
+                changed.append((action, info["state_anchor"], nxt["state_anchor"]))
+            if action.startswith("search[") and not done:
+                assert nxt["state_anchor"].startswith(f"results; query {action[7:-1]}; page 1")
+            info = nxt
+            if done:
+                break
+        if changed:
+            break
+    else:
+        pytest.fail("no expert episode chose an option")
+    action, before, after = changed[0]
+    assert after.startswith(before.split("; options")[0]) and action[6:-1] in after

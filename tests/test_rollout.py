@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from gigpo.advantages import exact_step_groups, state_mixing, step_anchors
 from gigpo.agent import Agent
 from gigpo.envs import family_module, make_env, make_tasks
 from gigpo.envs.manager import GroupedEnvs
 from gigpo.policy import HFGenerator, SamplingParams, load_policy, token_logprobs
+from gigpo.policy.base import Generation
 from gigpo.rollout import collect_expert_demos, eval_rollout, rollout, rollout_metrics, write_trajectories_jsonl
 
 torch.set_num_threads(1)
@@ -111,6 +113,7 @@ def test_anchors_and_observations_replay_on_a_fresh_env(family_run):
             obs, info = env.reset(tasks[t // 2])
             for i in idx:
                 assert batch.anchor[i] == info.get("anchor", obs)
+                assert batch.state_anchor[i] == info["state_anchor"]  # every built-in family gives one
                 obs, reward, done, info = env.step(batch.action[i])
                 assert batch.observation[i] == obs and batch.reward[i] == pytest.approx(reward)
                 # the manager also ends a slot at its max_steps (done + truncated)
@@ -120,6 +123,63 @@ def test_anchors_and_observations_replay_on_a_fresh_env(family_run):
     # the n rollouts of a group start from the same state -> the same step-0 anchor
     first = batch.anchor[batch.step == 0]
     assert all(first[2 * g] == first[2 * g + 1] for g in range(len(first) // 2))
+
+
+class ScriptedGenerator:
+    """Answers every prompt of step t with the t-th scripted action, as exact token ids (a stand-in
+    for a policy that acts like the env's expert; the envs are real)."""
+
+    def __init__(self, tok, actions):
+        self.tok, self.actions, self.t = tok, actions, 0
+
+    def generate(self, prompts, params):
+        text = f"<think>scripted</think><action>{self.actions[self.t]}</action>"
+        self.t += 1
+        ids = np.asarray(self.tok.encode(text, add_special_tokens=False), dtype=np.int32)
+        return [Generation(ids, np.zeros(len(ids), np.float32), True) for _ in prompts]
+
+
+def test_alfworld_rollout_state_anchors_differ_where_the_observation_is_the_same(tiny):
+    """docs/algorithm.md#anchor-definitions: the expert's walk to the target receptacle, then back
+    to it holding the object, through the rollout loop: the observation anchors of the two arrivals
+    are equal, their state anchors are not; ``state`` splits the observation's step group."""
+    _, tok = tiny
+    task = make_tasks("alfworld", "train", n=1, seed=0)[0]
+    env = make_env("alfworld")
+    obs, info = env.reset(task)
+    seen, actions = {obs: info["state_anchor"]}, []
+    while True:  # the expert's actions up to its first return to a text seen in another state
+        actions.append(env.expert_action())
+        obs, _, done, info = env.step(actions[-1])
+        assert not done and len(actions) < 30
+        if seen.get(obs, info["state_anchor"]) != info["state_anchor"]:
+            break
+        seen.setdefault(obs, info["state_anchor"])
+    env.close()
+    actions.append("look")  # one more step, so the return is a row of the batch
+    agent = Agent("alfworld", tok)
+    with GroupedEnvs("alfworld", group_size=2, max_steps=len(actions)) as envs:
+        batch = rollout(envs, [task], ScriptedGenerator(tok, actions), tok, agent, SamplingParams())
+    assert list(batch.action[batch.traj_id == 0]) == actions and batch.state_anchor is not None
+    same = [
+        (i, j)
+        for i in range(batch.num_rows)
+        for j in range(i)
+        if batch.anchor[i] == batch.anchor[j] and batch.state_anchor[i] != batch.state_anchor[j]
+    ]
+    assert same and any("holds(" in batch.state_anchor[i] for i, j in same)
+    kw = dict(episode_ids=batch.episode_id, traj_ids=batch.traj_id, anchors=batch.anchor, actions=batch.action)
+    by_obs = exact_step_groups(batch.episode_id, batch.anchor)
+    by_state = exact_step_groups(batch.episode_id, step_anchors("state", state_anchors=batch.state_anchor, **kw))
+    i, j = same[0]
+    assert by_obs[i] == by_obs[j] and by_state[i] != by_state[j]
+    assert state_mixing(batch.episode_id, batch.anchor, batch.state_anchor)["mixed_groups"] >= 1
+    # the two rollouts of the group act alike, so every row has a same-state peer in the other one
+    # ("look" changes no physical fact: the first two rows of a rollout share their state)
+    assert (np.bincount(by_state)[by_state] >= 2).all() and by_state[0] == by_state[1]
+    # context-2 also separates the arrivals: their histories differ
+    by_ctx = exact_step_groups(batch.episode_id, step_anchors("context-2", **kw))
+    assert by_ctx[i] != by_ctx[j]
 
 
 def test_actions_and_validity_are_the_agent_parse_of_the_decoded_response(family_run):

@@ -59,12 +59,24 @@ def _lines(run):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["alfworld_tiny", "webshop_tiny", "search_tiny", "sokoban_tiny"])
-def test_few_iterations_change_parameters_and_log_documented_metrics(name, tmp_path):
+@pytest.mark.parametrize(
+    "name,extra",
+    [
+        ("alfworld_tiny", []),
+        ("webshop_tiny", []),
+        ("search_tiny", []),
+        ("sokoban_tiny", []),
+        # the other anchor definitions (docs/algorithm.md#anchor-definitions) and their metrics
+        ("alfworld_tiny", ["algorithm.anchor=state"]),
+        ("webshop_tiny", ["algorithm.anchor=context-2"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "-".join(v) or "default",
+)
+def test_few_iterations_change_parameters_and_log_documented_metrics(name, extra, tmp_path):
     from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
-    cfg = load_config(CONFIGS / f"{name}.yaml", [*SMALL, f"output_dir={tmp_path}", "log.eval_before=false"])
+    cfg = load_config(CONFIGS / f"{name}.yaml", [*SMALL, f"output_dir={tmp_path}", "log.eval_before=false", *extra])
     tr = Trainer(cfg)
     before = [p.detach().clone() for p in tr.model.parameters()]
     tr.run()
@@ -74,8 +86,10 @@ def test_few_iterations_change_parameters_and_log_documented_metrics(name, tmp_p
     train = [x for x in lines if x["tag"] == "train"]
     assert [x["iteration"] for x in train] == [1, 2]
     assert all(0.05 < x["system/rss_gb"] < 64 for x in train)  # a real reading of this process
-    for key in DOCUMENTED:
+    for key in DOCUMENTED + ["anchor/share_rows_in_size_gt1", "anchor/state_mixed_share", "time/anchor"]:
         assert key in train[0], key
+    if extra:
+        assert "anchor/observation_mean_size" in train[0]
     assert any(x["tag"] == "eval_final" and "eval/success" in x for x in lines)
     assert (cfg.run_dir / "config.yaml").exists() and (cfg.run_dir / "checkpoints" / "latest").exists()
     assert list((cfg.run_dir / "trajectories").glob("*.jsonl"))

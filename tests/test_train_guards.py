@@ -148,6 +148,19 @@ def test_per_trajectory_meta_lists_follow_selection_and_concatenation():
         concat_batches([b, c])
 
 
+def test_state_anchor_column_follows_selection_and_concatenation():
+    a, b = _batch(TRAJS[:6], 3), _batch(TRAJS[6:], 3)
+    a.state_anchor = StepBatch.object_array([f"state{i}" for i in range(a.num_rows)])
+    c = concat_batches([a, b])  # b's env gave no state: None rows
+    assert list(c.state_anchor) == list(a.state_anchor) + [None] * b.num_rows
+    kept = select_trajectories(a, np.asarray([True, False] + [True] * 4))
+    assert list(kept.state_anchor) == [s for s, t in zip(a.state_anchor, a.traj_id) if t != 1]
+    assert list(a.select_rows([2, 0]).state_anchor) == ["state2", "state0"]
+    assert concat_batches([b, b]).state_anchor is None
+    with pytest.raises(ValueError, match="state_anchor has 1 rows"):
+        StepBatch(**{**vars(b), "state_anchor": StepBatch.object_array(["x"])})
+
+
 def _cfg(**kw):
     return GuardConfig(**kw)
 

@@ -1,9 +1,11 @@
-"""Trainer pieces without a model: step-group metrics come from advantages.step_group_stats."""
+"""Trainer pieces without a model: step-group metrics come from advantages.step_group_stats; the
+anchor metrics."""
 
 import numpy as np
 
-from gigpo.advantages import step_group_stats
-from gigpo.train.trainer import HIST_BINS, step_group_metrics
+from gigpo.advantages import step_anchors, step_group_stats
+from gigpo.batch import StepBatch
+from gigpo.train.trainer import HIST_BINS, anchor_metrics, step_group_metrics
 
 
 def test_step_group_metrics_match_step_group_stats():
@@ -20,6 +22,50 @@ def test_step_group_metrics_match_step_group_stats():
 
 def test_step_group_metrics_absent_without_step_groups():
     assert step_group_metrics(np.full(6, -1)) == {}
+
+
+def _rows(anchor, state_anchor=None):
+    n = len(anchor)
+    obj = StepBatch.object_array
+    return StepBatch(
+        episode_id=np.zeros(n, np.int64),
+        traj_id=np.array([0, 0, 1, 1][:n]),
+        step=np.array([0, 1, 0, 1][:n], np.int32),
+        anchor=obj(anchor),
+        reward=np.zeros(n, np.float32),
+        done=np.array([False, True] * (n // 2)),
+        valid=np.ones(n, bool),
+        prompt_ids=[np.zeros(1, np.int32)] * n,
+        response_ids=[np.zeros(1, np.int32)] * n,
+        logprobs=[np.zeros(1, np.float32)] * n,
+        action=obj(["go", "open", "go", "close"][:n]),
+        response_text=obj([""] * n),
+        observation=obj([""] * n),
+        traj_episode_id=np.zeros(2, np.int64),
+        traj_task_id=obj(["t", "t"]),
+        traj_task_type=obj(["x", "x"]),
+        traj_won=np.zeros(2, bool),
+        traj_score=np.zeros(2, np.float32),
+        traj_length=np.array([2, 2], np.int32),
+        traj_failed=np.zeros(2, bool),
+        traj_truncated=np.zeros(2, bool),
+        state_anchor=None if state_anchor is None else obj(state_anchor),
+    )
+
+
+def test_anchor_metrics_measure_state_mixing_and_the_chosen_anchors_groups():
+    b = _rows(["start", "drawer", "start", "drawer"], ["s0", "holding", "s0", "empty"])
+    st = step_anchors(
+        "state", episode_ids=b.episode_id, traj_ids=b.traj_id, anchors=b.anchor, state_anchors=b.state_anchor
+    )
+    m = anchor_metrics(b, st, "state")
+    assert m["anchor/state_mixed_share"] == 0.5 and m["anchor/state_mixed_rows_share"] == 0.5
+    assert m["anchor/state_rows_share"] == 1.0
+    assert m["anchor/share_rows_in_size_gt1"] == 0.5 and m["anchor/mean_size"] == 4 / 3
+    assert m["anchor/observation_share_rows_in_size_gt1"] == 1.0 and m["anchor/observation_mean_size"] == 2.0
+    # observation: no comparison keys; a family without states: no mixing figures, 0 rows with a state
+    m = anchor_metrics(_rows(["a", "b", "a", "b"]), _rows(["a", "b", "a", "b"]).anchor, "observation")
+    assert m == {"anchor/share_rows_in_size_gt1": 1.0, "anchor/mean_size": 2.0, "anchor/state_rows_share": 0.0}
 
 
 def test_hist_names_are_the_ones_the_report_parses():

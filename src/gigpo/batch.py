@@ -21,10 +21,13 @@ Row columns
     response_text object [N] decoded response (for inspection only, never trained on).
     observation  object [N]  the observation the env returned after this step.
 
-Optional row column
+Optional row columns (None when no row has a value)
     allowed      list [N] or None   per row None or the action-constrained positions
                              [(k, allowed ids)] the sampler used (``gigpo.policy.constrain``);
                              the trainer's log-prob passes apply the same masks.
+    state_anchor object [N] or None  per row the env's canonical state key (``info["state_anchor"]``)
+                             of the state the action was taken in, or None where the env gave none
+                             (docs/algorithm.md#anchor-definitions).
 
 Trajectory columns (length T)
     traj_episode_id int64, traj_task_id object, traj_task_type object, traj_won bool,
@@ -64,6 +67,7 @@ ROW_FIELDS = (
     "response_text",
     "observation",
 )
+OPTIONAL_ROW_FIELDS = ("allowed", "state_anchor")
 TRAJ_FIELDS = (
     "traj_episode_id",
     "traj_task_id",
@@ -106,15 +110,15 @@ class StepBatch:
     traj_failed: np.ndarray
     traj_truncated: np.ndarray
     meta: dict = field(default_factory=dict)  # e.g. truncation counters from prompt building
-    allowed: list | None = None  # optional row column, see the module docstring
+    allowed: list | None = None  # optional row columns, see the module docstring
+    state_anchor: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.episode_id)
-        for name in ROW_FIELDS:
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"StepBatch.{name} has {len(getattr(self, name))} rows, expected {n}")
-        if self.allowed is not None and len(self.allowed) != n:
-            raise ValueError(f"StepBatch.allowed has {len(self.allowed)} rows, expected {n}")
+        for name in ROW_FIELDS + OPTIONAL_ROW_FIELDS:
+            v = getattr(self, name)
+            if v is not None and len(v) != n:
+                raise ValueError(f"StepBatch.{name} has {len(v)} rows, expected {n}")
         t = len(self.traj_won)
         for name in TRAJ_FIELDS:
             if len(getattr(self, name)) != t:
@@ -137,7 +141,7 @@ class StepBatch:
         kw: dict[str, Any] = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
+            if f.name in ROW_FIELDS or (f.name in OPTIONAL_ROW_FIELDS and v is not None):
                 kw[f.name] = [v[i] for i in idx] if isinstance(v, list) else v[idx]
             else:
                 kw[f.name] = v
@@ -181,7 +185,7 @@ def select_trajectories(batch: StepBatch, keep) -> StepBatch:
     kw: dict[str, Any] = {}
     for f in fields(batch):
         v = getattr(batch, f.name)
-        if f.name in ROW_FIELDS or (f.name == "allowed" and v is not None):
+        if f.name in ROW_FIELDS or (f.name in OPTIONAL_ROW_FIELDS and v is not None):
             kw[f.name] = [v[i] for i in rows] if isinstance(v, list) else v[rows]
         elif f.name in TRAJ_FIELDS:
             kw[f.name] = v[keep]
@@ -192,7 +196,8 @@ def select_trajectories(batch: StepBatch, keep) -> StepBatch:
     kw["traj_episode_id"] = np.asarray([ep_map[int(e)] for e in batch.traj_episode_id[keep]], dtype=np.int64)
     meta = dict(batch.meta)
     for key in _traj_meta_keys([batch]):
-        meta[key] = [x for x, k in zip(_traj_meta(batch, key), keep) if k]
+        vals = _traj_meta(batch, key) or []  # listed by _traj_meta_keys, so present
+        meta[key] = [x for x, k in zip(vals, keep) if k]
     kw["meta"] = meta
     return StepBatch(**kw)
 
@@ -219,7 +224,7 @@ def concat_batches(batches) -> StepBatch:
     for f in fields(StepBatch):
         if f.name in ids:
             kw[f.name] = np.concatenate(ids[f.name])
-        elif f.name in ("meta", "allowed"):
+        elif f.name == "meta" or f.name in OPTIONAL_ROW_FIELDS:
             continue
         else:
             vals = [getattr(b, f.name) for b in batches]
@@ -230,6 +235,10 @@ def concat_batches(batches) -> StepBatch:
             )
     if any(b.allowed is not None for b in batches):
         kw["allowed"] = [x for b in batches for x in (b.allowed if b.allowed is not None else [None] * b.num_rows)]
+    if any(b.state_anchor is not None for b in batches):
+        kw["state_anchor"] = _obj(
+            [x for b in batches for x in (b.state_anchor if b.state_anchor is not None else [None] * b.num_rows)]
+        )
     meta = dict(batches[0].meta)
     for k, v in batches[0].meta.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "group_size":

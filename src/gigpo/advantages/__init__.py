@@ -13,9 +13,22 @@ are public so other trainers (verl, TRL) can use them directly:
 - ``step_group_stats``: group-size diagnostics for logging;
 - ``synthetic`` (imported by name, not re-exported): ALFWorld- and Search-R1-shaped batches for
   tests and benchmarks.
+- ``step_anchors`` (``anchors.py``): the anchor definitions ``observation``, ``state`` and
+  ``context-k`` (docs/algorithm.md#anchor-definitions) as keys for the ``anchors`` input, and
+  ``state_mixing``, how often observation anchors mix engine states.
 """
 
 from ._checks import NORM_MODES
+from .anchors import (
+    ANCHORS,
+    context_anchors,
+    context_levels,
+    hierarchical_anchors,
+    parse_anchor,
+    state_mixing,
+    state_or_observation,
+    step_anchors,
+)
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .grouping import exact_step_groups, hashable_anchor, similarity_step_groups
 from .registry import ESTIMATORS, compute_advantages, estimator_options, register
@@ -23,11 +36,14 @@ from .returns import apply_invalid_action_penalty, discounted_returns, episode_s
 from .stats import step_group_stats
 
 __all__ = [
+    "ANCHORS",
     "AdvantageResult",
     "ESTIMATORS",
     "NORM_MODES",
     "apply_invalid_action_penalty",
     "compute_advantages",
+    "context_anchors",
+    "context_levels",
     "discounted_returns",
     "episode_scores",
     "estimator_options",
@@ -35,8 +51,13 @@ __all__ = [
     "gigpo",
     "grpo",
     "hashable_anchor",
+    "hierarchical_anchors",
+    "parse_anchor",
     "register",
     "rloo",
     "similarity_step_groups",
+    "state_mixing",
+    "state_or_observation",
+    "step_anchors",
     "step_group_stats",
 ]

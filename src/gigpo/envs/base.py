@@ -11,6 +11,10 @@ An environment is text in, text out (gymnasium-like):
                                    match, ALFWorld's won as 0/1).
     ``anchor`` (str)               the raw observation used for GiGPO's anchor-state grouping
                                    (docs/algorithm.md#anchors). Absent means the observation itself.
+    ``state_anchor`` (str)         optional: a canonical key of the engine state the next action is
+                                   taken in (equal keys = equal states), for ``algorithm.anchor=state``
+                                   (docs/algorithm.md#anchor-definitions). Absent: that anchor falls
+                                   back to ``anchor``.
     ``admissible_actions`` (list[str])  where the family has them (ALFWorld, WebShop).
     ``instruction`` (str)          the task text, set by ``reset`` for prompt building.
     ``task_type`` (str)            the task's type, for per-type metrics.

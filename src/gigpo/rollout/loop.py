@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from gigpo.agent import Agent, Memory
-from gigpo.batch import ROW_FIELDS, StepBatch
+from gigpo.batch import OPTIONAL_ROW_FIELDS, ROW_FIELDS, StepBatch
 from gigpo.envs.base import Task
 from gigpo.policy.base import Generator, SamplingParams
 from gigpo.rollout.metrics import rollout_metrics
@@ -82,7 +82,7 @@ def rollout(
     memory = Memory(n_slots)
     searches = [0] * n_slots
     tool_kinds = agent.spec.tool_call_kinds  # parsed kinds that are tool calls (search: "search")
-    rows: dict[str, list] = {k: [] for k in ROW_FIELDS + ("allowed",)}
+    rows: dict[str, list] = {k: [] for k in ROW_FIELDS + OPTIONAL_ROW_FIELDS}
     meta = {
         "family": agent.family,
         "history_dropped": 0,
@@ -139,6 +139,7 @@ def rollout(
             rows["traj_id"].append(s)
             rows["step"].append(len(memory[s]))
             rows["anchor"].append(info.get("anchor", obs))
+            rows["state_anchor"].append(info.get("state_anchor"))  # docs/algorithm.md#anchor-definitions
             rows["reward"].append(float(tr.reward))
             rows["done"].append(bool(tr.done))
             rows["valid"].append(bool(pa.valid))
@@ -194,6 +195,7 @@ def rollout(
         traj_truncated=np.asarray([bool(r.truncated) or r.slot in still_running for r in results], dtype=bool),
         meta=meta,
         allowed=take("allowed") if any(a is not None for a in rows["allowed"]) else None,
+        state_anchor=obj(take("state_anchor")) if any(a is not None for a in rows["state_anchor"]) else None,
     )
 
 

@@ -46,7 +46,7 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
 
 
 # Names are read from the code that implements them, never copied here.
-from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options  # noqa: E402
+from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options, parse_anchor  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
 from gigpo.train.loss import AGG_MODES, KL_TYPES  # noqa: E402
 
@@ -146,6 +146,13 @@ class AlgorithmConfig:
         "a module (dotted name, .py file or package dir) that registers estimators "
         "with gigpo.advantages.register; imported before algorithm.estimator is checked",
     )
+    anchor: str = F(
+        "observation",
+        "what a step is grouped by (docs/algorithm.md#anchor-definitions): observation (the paper's), "
+        "state (the env's canonical state key; the observation where a family has none) or "
+        "context-<k> (the observation with the last k (action, observation) pairs, falling back to "
+        "fewer pairs where a row has no peer; k <= env.history_length)",
+    )
     gamma: float = F(0.95, "discount for per-step returns (paper Eq. 5)")
     invalid_action_penalty: float = F(0.1, "subtracted from the return of steps with invalid actions")
     # Estimator options: the names of the estimator's own keyword options; unset (null) = the
@@ -183,6 +190,10 @@ class AlgorithmConfig:
             except ValueError as e:
                 raise ConfigError(str(e)) from None
         _choice(self.estimator, "algorithm.estimator", tuple(ESTIMATORS))
+        try:
+            parse_anchor(self.anchor)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.anchor: {e}") from None
         _check(0.0 <= self.gamma <= 1.0, "algorithm.gamma", f"must be in [0, 1] (>1 diverges), got {self.gamma}")
         _check(self.invalid_action_penalty >= 0, "algorithm.invalid_action_penalty", "must be >= 0")
         if self.mode is not None:
@@ -477,6 +488,18 @@ class Config:
                     f"{f.name}.{g.name}",
                     f"must be a finite number, got {v}",
                 )
+        kind, k = parse_anchor(self.algorithm.anchor)
+        _check(
+            kind != "context" or k <= self.env.history_length,
+            "algorithm.anchor",
+            f"{self.algorithm.anchor!r} looks back {k} step(s) but the prompt shows env.history_length="
+            f"{self.env.history_length}; "
+            + (
+                f"use context-<k> with 1 <= k <= {self.env.history_length}"
+                if self.env.history_length
+                else "use observation or state"
+            ),
+        )
         # More threads than CPUs only oversubscribes (a shared config may ask for 2 on a 1-CPU box);
         # absurd counts crash torch's thread pool, so they are an error.
         cpus = os.cpu_count() or 1

@@ -30,6 +30,7 @@ RUN_DEFINING = (
     "env.tasks_per_iter",
     "algorithm.estimator",
     "algorithm.mode",
+    "algorithm.anchor",
     "model.name_or_path",
     "seed",
     "sft.",

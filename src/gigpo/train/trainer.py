@@ -92,6 +92,35 @@ def step_group_metrics(step_groups: np.ndarray) -> dict:
     return out
 
 
+def anchor_metrics(batch, anchors, anchor: str) -> dict:
+    """``anchor/*`` metrics (docs/metrics.md): the chosen anchor's exact step groups, the observation
+    anchor's for comparison, and how often observation groups mix engine states.
+
+    batch: the trained StepBatch; anchors: the keys ``anchor`` gave its rows (``step_anchors``).
+    """
+    from gigpo.advantages import exact_step_groups, state_mixing, step_group_stats
+
+    if not batch.num_rows:
+        return {}
+    out: dict = {}
+
+    def sizes(name: str, keys) -> None:
+        st = step_group_stats(exact_step_groups(np.asarray(batch.episode_id), keys))
+        out[f"anchor/{name}share_rows_in_size_gt1"] = st["share_rows_in_groups_gt1"]
+        out[f"anchor/{name}mean_size"] = st["mean_group_size"]
+
+    sizes("", anchors)
+    if anchor != "observation":
+        sizes("observation_", batch.anchor)
+    st = batch.state_anchor
+    out["anchor/state_rows_share"] = 0.0 if st is None else float(np.mean([s is not None for s in st]))
+    mix = state_mixing(batch.episode_id, batch.anchor, st)
+    if mix:
+        out["anchor/state_mixed_share"] = mix["mixed_share"]
+        out["anchor/state_mixed_rows_share"] = mix["mixed_rows_share"]
+    return out
+
+
 def _stats(prefix: str, x) -> dict:
     x = np.asarray(x, dtype=np.float64)
     if not len(x):
@@ -242,8 +271,27 @@ class Trainer:
         r = self.cfg.rollout
         return SamplingParams(temperature=temperature, top_p=r.top_p, max_new_tokens=r.max_response_tokens, seed=seed)
 
-    def advantages(self, batch):
-        """Returns, penalty and estimator for ``batch``; returns (AdvantageResult, step_returns, scores)."""
+    def anchors(self, batch):
+        """The rows' anchors under ``algorithm.anchor`` (docs/algorithm.md#anchor-definitions).
+
+        Built on the batch that is trained on, after faulted episodes are left out, so the
+        ``context-k`` fallback sees the groups the estimator sees.
+        """
+        from gigpo.advantages import step_anchors
+
+        return step_anchors(
+            self.cfg.algorithm.anchor,
+            episode_ids=batch.episode_id,
+            traj_ids=batch.traj_id,
+            anchors=batch.anchor,
+            actions=batch.action,
+            state_anchors=batch.state_anchor,
+        )
+
+    def advantages(self, batch, anchors=None):
+        """Returns, penalty and estimator for ``batch``; returns (AdvantageResult, step_returns, scores).
+
+        ``anchors``: the rows' anchors when already built (``self.anchors(batch)``)."""
         from gigpo.advantages import (
             apply_invalid_action_penalty,
             compute_advantages,
@@ -261,7 +309,7 @@ class Trainer:
             step_returns=step_returns,
             episode_ids=batch.episode_id,
             traj_ids=batch.traj_id,
-            anchors=batch.anchor,
+            anchors=self.anchors(batch) if anchors is None else anchors,
             **a.estimator_options(),
         )
         return res, step_returns, scores
@@ -393,7 +441,9 @@ class Trainer:
         times["time/rollout"] = time.perf_counter() - t0
         _debug_kill(it, "after_rollout")
         t0 = time.perf_counter()
-        res, step_returns, scores = self.advantages(batch)
+        anchors = self.anchors(batch)
+        times["time/anchor"] = time.perf_counter() - t0
+        res, step_returns, scores = self.advantages(batch, anchors)
         times["time/advantage"] = time.perf_counter() - t0
         m = {f"rollout/{k}": v for k, v in rollout_metrics(every).items()}
         m["rollout/entropy_est"] = _entropy_estimate(every)
@@ -424,6 +474,7 @@ class Trainer:
         m.update(_stats("return", step_returns) | _stats("score", scores) | _stats("advantage", res.advantages))
         m.update(_stats("advantage_episode", res.episode_advantages) | _stats("advantage_step", res.step_advantages))
         m.update(step_group_metrics(res.step_groups))
+        m.update(anchor_metrics(batch, anchors, cfg.algorithm.anchor))
         m.update(counters)
         m["train/rows_updated"] = n_rows
         m["guard/rollbacks"] = self.watchdog.rollbacks

@@ -28,6 +28,36 @@ from gigpo.envs.base import Task
 GENERATOR_VERSION = "v1"  # bump when generated games change, so caches do not mix versions
 
 
+# PDDL predicates of the physical state (alfworld/data/alfred.pddl): where the agent is, what it
+# holds, which receptacles are open, where objects are, and object states (hot, cool, clean,
+# sliced, on). Left out: bookkeeping of what was seen (checked, examined, wasInReceptacle), facts
+# derived from the kept ones (holdsAny, full, ...) and the constants of the game, equal in a group.
+STATE_PREDICATES = frozenset(
+    {
+        "atlocation",
+        "holds",
+        "opened",
+        "inreceptacle",
+        "inreceptacleobject",
+        "objectatlocation",
+        "ishot",
+        "iscool",
+        "isclean",
+        "issliced",
+        "ison",
+        "istoggled",
+    }
+)
+
+
+def state_key(facts) -> str:
+    """The canonical ``state_anchor`` of an ALFWorld state: its physical facts (``STATE_PREDICATES``),
+    each ``name(arg, arg)``, sorted and joined by ``"; "`` (docs/algorithm.md#anchor-definitions)."""
+    return "; ".join(
+        sorted(f"{f.name}({', '.join(a.strip() for a in f.names)})" for f in facts if f.name in STATE_PREDICATES)
+    )
+
+
 def default_cache_dir() -> Path:
     root = os.environ.get("GIGPO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gigpo")
     return Path(root) / "alfworld"
@@ -93,6 +123,7 @@ class AlfworldEnv:
             "task_type": self._task.task_type if self._task else "",
             "instruction": self._instruction,
             "anchor": self._obs,
+            "state_anchor": state_key(st["facts"]),
             "gamefile": self._loaded,
         }
 

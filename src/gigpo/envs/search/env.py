@@ -20,6 +20,8 @@ Observations and ``info`` (see also ``gigpo.envs.base``):
     ``info["anchor"]`` (docs/algorithm.md#anchors): the question at reset; after a step, the raw tool
     output of that step (the ``<information>`` text or the empty-query message), ``""`` when the step had
     no ``<search>`` query.
+    ``info["state_anchor"]``: ``"docs <id>, <id>, ..."``, the sorted ids of every document retrieved in
+    the episode so far (a hit without an id counts by its text).
     ``info["tool_calls"]``: searches issued so far (empty queries included); ``info["score"]`` the
     EM at done (0 before); ``info["won"]`` = score == 1; ``info["action_kind"]`` search/answer/invalid.
 The step limit (Search-R1/verl-agent: 4) is the episode manager's concern; stepping a finished
@@ -77,6 +79,7 @@ class SearchEnv:
         self.retriever, self.topk, self.world_seed = retriever, topk, world_seed
         self.task: Task | None = None
         self.done = True
+        self.retrieved: set[str] = set()
 
     def reset(self, task: Task) -> tuple[str, dict]:
         if task.family != "search":
@@ -93,6 +96,7 @@ class SearchEnv:
         self.task, self.question = task, str(data["question"])
         self.golden = [str(a) for a in data["golden_answers"]]
         self.tool_calls, self.steps, self.done, self.score = 0, 0, False, 0.0
+        self.retrieved: set[str] = set()  # ids of every document retrieved this episode
         return self.question, self._info(anchor=self.question, kind="reset")
 
     def _info(self, anchor: str, kind: str) -> dict:
@@ -101,6 +105,8 @@ class SearchEnv:
             "won": self.score == 1.0,
             "score": self.score,
             "anchor": anchor,
+            # what the agent has learnt: the documents retrieved so far (docs/algorithm.md#anchor-definitions)
+            "state_anchor": "docs " + ", ".join(sorted(self.retrieved)),
             "tool_calls": self.tool_calls,
             "action_kind": kind,
             "instruction": self.question,
@@ -119,6 +125,8 @@ class SearchEnv:
             raise
         except Exception as e:
             raise RetrieverError(f"retriever {type(self.retriever).__name__} failed: {type(e).__name__}: {e}") from e
+        # a hit without an id (some retrieval servers) is known by its text
+        self.retrieved.update(str(h["id"]) if h.get("id") is not None else str(h.get("contents", "")) for h in hits)
         return f"<information>{format_docs(hits).strip() or 'No results found.'}</information>"
 
     def step(self, action: str) -> tuple[str, float, bool, dict]:

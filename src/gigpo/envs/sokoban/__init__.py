@@ -20,7 +20,8 @@ itself RAGEN's), built on gym-sokoban's rules and room generator:
         pushing a box into a wall or another box is a valid step that changes nothing.
     ``info`` (see ``gigpo.envs.base``): ``won``, ``score`` (1.0 solved, else 0.0), ``anchor`` (the
         grid: the whole state, so GiGPO's anchor groups are true states; an invalid action's anchor
-        is the unchanged grid), ``instruction``, ``task_type`` (``"6x6-1box"``),
+        is the unchanged grid), ``state_anchor`` (``"player <cell>; boxes [<cell>, ...]"``, the same
+        state as a key), ``instruction``, ``task_type`` (``"6x6-1box"``),
         ``admissible_actions`` (the four moves), ``invalid_action``, ``optimal_steps`` (the
         task's shortest solution), ``deadlock`` (now: some box off a target has walls on two
         orthogonal sides, a corner it can never leave), ``deadlocked`` (a deadlock happened this

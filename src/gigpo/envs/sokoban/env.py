@@ -97,6 +97,8 @@ class SokobanEnv:
             "won": self.won,
             "score": 1.0 if self.won else 0.0,
             "anchor": grid,
+            # the grid already is the whole state; the key names it without the render
+            "state_anchor": f"player {self.player}; boxes {sorted(self.boxes)}",
             "instruction": INSTRUCTION,
             "task_type": t.task_type if t else "",
             "admissible_actions": list(ACTIONS),

@@ -147,6 +147,7 @@ class WebShopEnv:
             "won": bool(won),
             "score": float(score),
             "anchor": pages.anchor_text(self._parts, ins),
+            "state_anchor": pages.state_key(self.state),
             "admissible_actions": admissible,
             "available_actions": {"has_search_bar": has_search_bar, "clickables": list(self._clickables)},
             "instruction": ins,

@@ -125,3 +125,21 @@ def anchor_text(parts: list[str], instruction: str) -> str:
     except ValueError:
         return SEP.join(parts)
     return SEP.join(f"'{p}'" for p in parts[i + 1 :])
+
+
+def state_key(state: PageState) -> str:
+    """WebShop's ``state_anchor``: the page and the query behind it (docs/algorithm.md#anchor-definitions).
+
+    The page kind, the search keywords, the results page number, the product, its chosen options
+    and the sub-page; the anchor text omits the query and the chosen options.
+    """
+    if state.kind == "index":
+        return "index"
+    if state.kind == "done":
+        return f"done; score {state.score}"
+    parts = [state.kind, f"query {' '.join(state.keywords)}", f"page {state.page}"]
+    if state.kind in ("item", "sub"):
+        parts += [f"item {state.asin}", "options " + ", ".join(f"{k}={v}" for k, v in sorted(state.options.items()))]
+    if state.kind == "sub":
+        parts.append(f"sub {state.sub}")
+    return "; ".join(parts)
