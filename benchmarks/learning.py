@@ -67,9 +67,11 @@ IDENTICAL = {"gigpo_no_step": "grpo"}
 FULL = {
     "alfworld": {"iterations": 10, "eval_every": 10, "overrides": ["train.autocast=bf16"]},
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
-    # Sokoban: a provisional budget (configs/sokoban_tiny.yaml's 10 iterations, held-out eval
-    # halfway and at the end), to be set from measured timings.
-    "sokoban": {"iterations": 10, "eval_every": 5, "overrides": []},
+    # Sokoban: the config's 10 iterations of 4 rooms x 8 rollouts, held-out eval (64 rooms) before
+    # and after. The comparison scores the last model of every run: validation, best-model
+    # selection and the watchdog are off, so no guard acts differently per estimator (dynamic
+    # sampling stays on for all). GiGPO vs GRPO x 5 seeds: ~60 min with two runs at a time.
+    "sokoban": {"iterations": 10, "eval_every": 10, "overrides": ["guard.val_every=0", "guard.watchdog=false"]},
 }
 # --quick: a pipeline smoke run (minutes), not a result.
 QUICK = {
@@ -101,8 +103,9 @@ COMMON = [
 DEFAULT_COST = {
     "alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
     "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0},
-    # Placeholders, not measured yet (float32 scaled by ALFWorld's ratio); replace once a run exists.
-    "sokoban": {"iteration": {"bf16": 30.0, "none": 48.0}, "eval": 20.0, "startup": 60.0, "placeholder": True},
+    # Sokoban bf16: 40-80 s per iteration and ~50 s per 64-room eval, two runs at a time (pilot runs
+    # of configs/sokoban_tiny.yaml); float32 scaled by ALFWorld's ratio.
+    "sokoban": {"iteration": {"bf16": 60.0, "none": 95.0}, "eval": 50.0, "startup": 30.0},
 }
 
 

@@ -227,15 +227,18 @@ def test_rerun_skips_complete_runs_and_keeps_text_outside_the_markers(quick):
 # ---- the report on synthetic summaries: Sokoban's outcome columns, step-group sizes; other families unchanged
 
 
-def test_sokoban_budget_and_placeholder_cost_are_planned(tmp_path):
+def test_sokoban_budget_is_planned_with_guards_off(tmp_path):
     args = L.parse_args(["--family", "sokoban", "--runs-dir", str(tmp_path)])
-    assert (args.iterations, args.eval_every) == (10, 5) and args.config.name == "sokoban_tiny.yaml"
+    assert (args.iterations, args.eval_every) == (10, 10) and args.config.name == "sokoban_tiny.yaml"
     from gigpo.train.config import load_config
 
     run = L.plan_runs(args, "/models/sft")[0]
-    assert load_config(args.config, run["overrides"]).env.family == "sokoban"
+    cfg = load_config(args.config, run["overrides"])
+    assert cfg.env.family == "sokoban" and cfg.train.dynamic_sampling
+    # the last model of every run is scored: no per-estimator selection or rollback
+    assert cfg.guard.val_every == 0 and not cfg.guard.watchdog
     minutes, how = L.estimate_minutes(args, L.plan_runs(args, "/models/sft"))
-    assert minutes > 0 and "placeholder" in how  # not presented as measured
+    assert minutes > 0 and "measured" in how
 
 
 def test_export_keeps_step_group_histograms_and_family_eval_metrics(tmp_path):
