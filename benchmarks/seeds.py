@@ -173,7 +173,9 @@ def main(argv=None) -> int:
                 "jobs": args.jobs,
                 "threads": threads,
                 "rows": rows,
-                "sweep_minutes": (time.time() - t0) / 60,
+                # this invocation only: a resumed sweep skips finished seeds (their own
+                # minutes are in the rows)
+                "invocation_minutes": (time.time() - t0) / 60,
             },
             indent=2,
         )
