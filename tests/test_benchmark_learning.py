@@ -27,7 +27,7 @@ def _by_key(overrides):
 def test_runs_share_start_seeds_and_budget_and_differ_only_in_estimator(tmp_path):
     args = L.parse_args(["--runs-dir", str(tmp_path), "--seeds", "0,1"])
     runs = L.plan_runs(args, "/models/sft")
-    assert len(runs) == 2 * len(L.VARIANTS)
+    assert len(runs) == 2 * len(L.DEFAULT_VARIANTS)
     per_seed = {}
     for r in runs:
         kv = _by_key(r["overrides"])
@@ -44,9 +44,27 @@ def test_runs_share_start_seeds_and_budget_and_differ_only_in_estimator(tmp_path
     from gigpo.advantages import ESTIMATORS
     from gigpo.train.config import load_config
 
-    for r in runs[: len(L.VARIANTS)]:
+    for r in runs[: len(L.DEFAULT_VARIANTS)]:
         cfg = load_config(args.config, r["overrides"])
         assert cfg.algorithm.estimator in ESTIMATORS and cfg.train.iterations == args.iterations
+
+
+def test_anchor_variants_differ_from_gigpo_std_norm_only_in_the_anchor(tmp_path):
+    args = L.parse_args(
+        ["--runs-dir", str(tmp_path), "--seeds", "0", "--estimators", "gigpo_std_norm,gigpo_state,grpo"]
+    )
+    from gigpo.train.config import load_config
+
+    runs = {r["variant"]: r for r in L.plan_runs(args, "/models/sft")}
+    base = _by_key(runs["gigpo_std_norm"]["overrides"])
+    state = _by_key(runs["gigpo_state"]["overrides"])
+    assert {k for k in base.keys() | state.keys() if base.get(k) != state.get(k)} == {
+        "algorithm.anchor",
+        "name",
+        "log.eval_before",
+    }
+    assert load_config(args.config, runs["gigpo_state"]["overrides"]).algorithm.anchor == "state"
+    assert "gigpo_state" not in L.parse_args([]).estimators  # opt-in
 
 
 def test_bad_flags_name_the_problem(capsys):
