@@ -5,7 +5,6 @@ deterministic), and the family's rollout metrics through the real rollout loop."
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import numpy as np
 import pytest
@@ -318,11 +317,11 @@ def test_splits_disjoint(tasks_1box, tasks_2box):
                 assert layout_split(level.floor, level.targets, level.width) == split
 
 
-def test_default_sizes_disjoint_and_fast():
-    t0 = time.perf_counter()
+def test_default_sizes_disjoint():
+    # Generation speed is a benchmark figure (benchmarks/env_throughput.py), not asserted here:
+    # a timed assertion fails on a loaded machine.
     evals = make_tasks("sokoban", "eval")
-    elapsed = time.perf_counter() - t0
-    assert len(evals) == 200 and elapsed < 5.0, elapsed  # ~0.3 s on an idle core
+    assert len(evals) == 200
     train = make_tasks("sokoban", "train", n=300)
     assert not {tuple(t.data["room"]) for t in train} & {tuple(t.data["room"]) for t in evals}
 
