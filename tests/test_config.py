@@ -272,6 +272,20 @@ def test_names_are_read_from_the_implementing_code():
             load_config(None, [f"{key}=nope"])
 
 
+def test_policy_loss_names_from_the_loss_module_and_gspo_needs_per_sequence_aggregation():
+    from gigpo.train.loss import GSPO_AGG_MODE, POLICY_LOSSES
+
+    for n in POLICY_LOSSES:
+        c = load_config(None, [f"train.policy_loss={n}", f"train.loss_agg_mode={GSPO_AGG_MODE}"])
+        assert c.train.policy_loss == n
+    assert load_config(None, []).train.policy_loss == "ppo"
+    with pytest.raises(ConfigError, match=r"train\.policy_loss: 'gpso' is not one of .*Did you mean 'gspo'"):
+        load_config(None, ["train.policy_loss=gpso"])
+    with pytest.raises(ConfigError, match=r"train\.loss_agg_mode: .*gspo.*seq-mean-token-mean \(got token-mean\)"):
+        load_config(None, ["train.policy_loss=gspo"])
+    assert "train.policy_loss (str, default 'ppo')" in help_text()
+
+
 def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
     assert load_config(None, []).algorithm.anchor == "observation"  # the paper's anchor by default
     for value in ("observation", "state", "context-1", "context-2"):

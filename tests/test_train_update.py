@@ -64,14 +64,18 @@ def test_batched_logprobs_independent_of_micro_batching():
         np.testing.assert_allclose(x, y, atol=1e-5)
 
 
-def test_positive_advantage_raises_logprob():
+@pytest.mark.parametrize(
+    "loss_kw", [{}, {"policy_loss": "gspo", "loss_agg_mode": "seq-mean-token-mean"}], ids=["ppo", "gspo"]
+)
+def test_positive_advantage_raises_logprob(loss_kw):
     m = _model()
     prompts, responses, _ = _rows(6)
     adv = np.ones(6, np.float32)
-    cfg = TrainConfig(lr=1e-2, mini_batch_rows=6, use_kl=False, entropy_coef=0.0)
+    cfg = TrainConfig(lr=1e-2, mini_batch_rows=6, use_kl=False, entropy_coef=0.0, **loss_kw)
     up = PolicyUpdater(m, cfg, pad_token_id=0)
     old = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=8192)
-    up.update(prompts, responses, adv, old)
+    out = up.update(prompts, responses, adv, old)
+    assert out["clipfrac"] == 0.0  # one on-policy step: every ratio is 1
     new = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=8192)
     assert sum(n.sum() for n in new) > sum(o.sum() for o in old)
 

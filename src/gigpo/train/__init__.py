@@ -4,7 +4,14 @@ Heavy pieces (the trainer, SFT) import models and envs lazily; importing ``gigpo
 """
 
 from gigpo.train.config import Config, ConfigError, load_config
-from gigpo.train.loss import actor_loss, agg_loss, kl_penalty, policy_gradient_loss, token_budget_microbatches
+from gigpo.train.loss import (
+    actor_loss,
+    agg_loss,
+    gspo_loss,
+    kl_penalty,
+    policy_gradient_loss,
+    token_budget_microbatches,
+)
 from gigpo.train.update import PolicyUpdater, TrainingDiverged
 
 __all__ = [
@@ -14,6 +21,7 @@ __all__ = [
     "TrainingDiverged",
     "actor_loss",
     "agg_loss",
+    "gspo_loss",
     "kl_penalty",
     "load_config",
     "policy_gradient_loss",

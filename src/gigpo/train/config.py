@@ -48,7 +48,7 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
 # Names are read from the code that implements them, never copied here.
 from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options, parse_anchor  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
-from gigpo.train.loss import AGG_MODES, KL_TYPES  # noqa: E402
+from gigpo.train.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
 
 
 @dataclass
@@ -306,9 +306,16 @@ class TrainConfig:
         "let the CPU allocator reuse memory (varied shapes grew a bf16 run by ~0.5 GB "
         "per iteration); 1 = no extra padding",
     )
-    clip_low: float = F(0.2, "PPO clip epsilon below 1")
-    clip_high: float = F(0.2, "PPO clip epsilon above 1 (0.28 = clip-higher)")
-    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages (> 1)")
+    policy_loss: str = F(
+        "ppo",
+        "policy-gradient loss: ppo (per-token ratio, clipped per token, dual clip) or gspo "
+        "(GSPO, arXiv:2507.18071: one ratio per row, the geometric mean of its token ratios, "
+        f"clipped with clip_low/clip_high, no dual clip; needs loss_agg_mode={GSPO_AGG_MODE}; "
+        "the paper clips at 3e-4/4e-4)",
+    )
+    clip_low: float = F(0.2, "clip epsilon below 1 (of the token ratio; of the row's ratio under gspo)")
+    clip_high: float = F(0.2, "clip epsilon above 1 (0.28 = clip-higher; of the row's ratio under gspo)")
+    dual_clip_c: float = F(3.0, "dual-clip bound for negative advantages (> 1; unused by policy_loss=gspo)")
     use_kl: bool = F(True, "add a KL-to-reference loss term (off: no reference model is loaded)")
     kl_type: str = F("low_var_kl", "KL estimator: low_var_kl, kl, abs or mse")
     kl_coef: float = F(0.01, "weight of the KL loss term")
@@ -340,6 +347,13 @@ class TrainConfig:
         _choice(self.schedule, "train.schedule", ("constant", "cosine"))
         _choice(self.kl_type, "train.kl_type", KL_TYPES)
         _choice(self.loss_agg_mode, "train.loss_agg_mode", AGG_MODES)
+        _choice(self.policy_loss, "train.policy_loss", POLICY_LOSSES)
+        _check(
+            self.policy_loss != "gspo" or self.loss_agg_mode == GSPO_AGG_MODE,
+            "train.loss_agg_mode",
+            f"train.policy_loss=gspo averages per sequence: set train.loss_agg_mode={GSPO_AGG_MODE} "
+            f"(got {self.loss_agg_mode})",
+        )
         _choice(self.autocast, "train.autocast", ("none", "bf16"))
         _check(self.iterations >= 0, "train.iterations", "must be >= 0")
         _check(self.lr > 0, "train.lr", f"must be > 0, got {self.lr}")

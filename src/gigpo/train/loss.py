@@ -4,9 +4,12 @@ All per-token tensors here are ``[B, L]``: row b is one agent step, column k its
 token; ``mask`` is 1.0 on real response tokens and 0.0 on right padding.
 
 ``total = pg_loss - entropy_coef * agg(entropy) + kl_coef * agg(kl)``, each aggregated with the
-same ``loss_agg_mode``. Under gradient accumulation the trainer divides each micro-batch's loss
-by the number of micro-batches, so ``token-mean`` is a mean of micro-batch token means (as the
-reference's ``dp_actor``), not a mean over the whole mini-batch's tokens.
+same ``loss_agg_mode``. ``pg_loss`` is PPO's per-token clipped surrogate (``ppo``) or GSPO's
+sequence-level one (``gspo``, ``gspo_loss``); ``POLICY_LOSSES`` names them. Under gradient
+accumulation the trainer divides each micro-batch's loss by the number of micro-batches, so
+``token-mean`` is a mean of micro-batch token means (as the reference's ``dp_actor``), not a mean
+over the whole mini-batch's tokens; likewise ``seq-mean-token-mean`` is a mean of micro-batch row
+means.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_TYPES = ("low_var_kl", "kl", "abs", "mse")
+POLICY_LOSSES = ("ppo", "gspo")
+# GSPO's objective is a mean over sequences (arXiv:2507.18071); verl's loss_mode=gspo aggregates its
+# policy term this way whatever loss_agg_mode says. Here gspo requires it, so KL and entropy match.
+GSPO_AGG_MODE = "seq-mean-token-mean"
 
 
 def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -61,7 +68,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kl_type: str) -> torc
 
 @dataclass
 class PGStats:
-    clipfrac: float  # share of tokens where the clipped branch was taken
+    clipfrac: float  # share of tokens (gspo: of rows) where the clipped branch was taken
     clipfrac_lower: float  # share of tokens where the dual clip (A < 0) bound was taken
     approx_kl: float  # masked mean of (old - new) log-prob: how far the update moved
 
@@ -101,6 +108,54 @@ def policy_gradient_loss(
     return agg_loss(per_token, mask, agg_mode), stats
 
 
+def gspo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    agg_mode: str = GSPO_AGG_MODE,
+) -> tuple[torch.Tensor, PGStats]:
+    """GSPO's clipped surrogate with the sequence-level ratio (Zheng et al., arXiv:2507.18071).
+
+    Row i is one sequence: ``s_i = exp(masked mean over its tokens of (logp - old_logp))``, the
+    geometric mean of its token ratios, clipped to [1 - clip_low, 1 + clip_high]; the loss is
+    ``max(-A s_i, -A clip(s_i))`` averaged per row (``seq-mean-token-mean``, the only mode allowed).
+
+    Written in verl's GSPO-token form: every token of row i carries the ratio
+    ``sg[s_i] * pi(y_t) / sg[pi(y_t)]``, whose value is s_i and whose gradient w.r.t. ``logp[i, t]``
+    is ``s_i``; with a row's advantage on every token this has the value and gradient of the
+    sequence form (advantages varying over a row's tokens give the paper's GSPO-token). As verl:
+    the log-ratio is clamped at 10 before exp, there is no dual clip. Default clips are the
+    paper's (3e-4, 4e-4).
+    """
+    if agg_mode != GSPO_AGG_MODE:
+        raise ValueError(f"gspo averages per sequence: use loss_agg_mode {GSPO_AGG_MODE!r}, got {agg_mode!r}")
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(logp)
+    n_tok = mask.sum(-1)
+    log_ratio = logp - old_logp
+    seq_log_ratio = (log_ratio * mask).sum(-1) / n_tok.clamp_min(1.0)  # (B,) log s_i
+    tok_log_ratio = logp - logp.detach() + seq_log_ratio.detach()[:, None]
+    ratio = tok_log_ratio.clamp(max=10.0).exp()
+    l1 = -advantages * ratio
+    l2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    per_token = torch.maximum(l1, l2)
+    with torch.no_grad():
+        # Per row the clipped branch is all or nothing (one ratio, one advantage), so the mean over
+        # rows with tokens of each row's clipped share is the share of sequences clipped.
+        rows = n_tok > 0
+        row_clip = ((l2 > l1).float() * mask).sum(-1) / n_tok.clamp_min(1.0)
+        stats = PGStats(
+            clipfrac=float(row_clip[rows].mean()) if bool(rows.any()) else 0.0,
+            clipfrac_lower=0.0,
+            approx_kl=float(masked_mean(-log_ratio, mask)),
+        )
+    return agg_loss(per_token, mask, GSPO_AGG_MODE), stats
+
+
 def actor_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -116,21 +171,29 @@ def actor_loss(
     entropy_coef: float = 0.0,
     kl_type: str = "low_var_kl",
     kl_coef: float = 0.0,
+    policy_loss: str = "ppo",
 ) -> tuple[torch.Tensor, dict]:
     """The full actor loss of one micro-batch (before division by the accumulation count).
 
+    ``policy_loss``: ``ppo`` (``policy_gradient_loss``) or ``gspo`` (``gspo_loss``; ignores
+    ``dual_clip_c`` and needs ``agg_mode`` = ``GSPO_AGG_MODE``).
     Returns (loss scalar, metrics dict with pg_loss, entropy, kl, clipfrac, ...).
     """
-    pg, st = policy_gradient_loss(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        clip_low=clip_low,
-        clip_high=clip_high,
-        dual_clip_c=dual_clip_c,
-        agg_mode=agg_mode,
-    )
+    if policy_loss == "ppo":
+        pg, st = policy_gradient_loss(
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            dual_clip_c=dual_clip_c,
+            agg_mode=agg_mode,
+        )
+    elif policy_loss == "gspo":
+        pg, st = gspo_loss(logp, old_logp, advantages, mask, clip_low=clip_low, clip_high=clip_high, agg_mode=agg_mode)
+    else:
+        raise ValueError(f"unknown policy_loss {policy_loss!r}; use one of {list(POLICY_LOSSES)}")
     loss = pg
     out = {
         "pg_loss": float(pg.detach()),

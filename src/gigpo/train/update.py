@@ -220,6 +220,7 @@ class PolicyUpdater:
                 entropy_coef=cfg.entropy_coef,
                 kl_type=cfg.kl_type,
                 kl_coef=cfg.kl_coef if ref is not None else 0.0,
+                policy_loss=cfg.policy_loss,
             )
             if not torch.isfinite(loss):
                 finite = False
