@@ -4,40 +4,20 @@ handling, expert text."""
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+from chatml_tokenizer import chatml_bpe
 
 from gigpo.agent import Agent, format_expert_response, parse_action, render_prompt
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    """A small real byte-level BPE tokenizer with a ChatML chat template (trained in ~0.1 s)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     corpus = [
         "You are in the middle of a room. Looking quickly around you, you see a cabinet 1.",
         "go to countertop 1",
         "take apple 1 from countertop 1",
         "<think> </think> <action> </action>",
     ] * 20
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            special_tokens=["<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
-    fast.chat_template = CHATML
-    return fast
+    return chatml_bpe(corpus, vocab_size=400)
 
 
 # --- parsing: ALFWorld / WebShop -------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from chatml_tokenizer import chatml_bpe
 import pytest
 
 from gigpo.envs import FAMILIES, Task, make_env, make_tasks
@@ -384,33 +385,11 @@ def test_bad_task_rejected_clearly(env):
 
 # ---- rollout metrics: FamilySpec.metrics on real episodes through the real rollout loop ----------
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    """A small real byte-level BPE tokenizer with a ChatML template (trained in well under a second)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     corpus = ["<think></think><action>up</action>", "down left right jump", " # \t _ \t O \t X \t P \t"] * 20
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
-    fast.chat_template = CHATML
-    return fast
+    return chatml_bpe(corpus, vocab_size=300)
 
 
 class ScriptedGenerator:
