@@ -7,14 +7,16 @@ as on a fresh clone. Prints, per seed, held-out success before training, of the 
 rollbacks, wall time and the SFT weights' hash; then the mean change and how many runs ended
 below their start.
 
-    python benchmarks/seeds.py                          # seeds 0-4, two at a time (~2.5 h on 2 cores)
+    python benchmarks/seeds.py                          # seeds 0-4, three at a time on 2 cores
     python benchmarks/seeds.py --jobs 1                 # one at a time with the config's threads
     python benchmarks/seeds.py --seeds 0,1 train.iterations=2 --out /tmp/s   # a quick look
 
-With ``--jobs 2`` each run uses one torch thread (two runs share the two cores), so its floats
-differ from a ``make train`` (two threads) of the same seed: the runs are equivalent draws, not
-bit-identical copies. A killed sweep continues: finished seeds are skipped, partial ones resumed.
-Writes ``<out>/seeds.json`` and ``<out>/seeds.md`` (the table).
+By default ``--jobs`` is one more than the cores (at most the number of seeds), each run with
+``cores // jobs`` torch threads (at least one): five seeds on two cores run three at a time, so
+no core idles while the last runs finish (two at a time would leave the fifth seed alone on one
+core). With one thread a run's floats differ from a ``make train`` (two threads) of the same
+seed: the runs are equivalent draws, not bit-identical copies. A killed sweep continues:
+finished seeds are skipped, partial ones resumed. Writes ``<out>/seeds.json`` and ``<out>/seeds.md`` (the table).
 """
 
 from __future__ import annotations
@@ -43,10 +45,20 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(ROOT / "configs" / "alfworld_tiny.yaml"))
     p.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,5")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cores/jobs torch threads)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at a time (default: cores + 1, at most the seeds; each gets cores/jobs torch threads)",
+    )
     p.add_argument("--out", default=str(ROOT / "runs" / "seeds"))
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every run")
     return p.parse_args(argv)
+
+
+def default_jobs(n_seeds: int, cpus: int) -> int:
+    """Runs at a time when ``--jobs`` is not given: one more than the cores, at most the seeds."""
+    return max(1, min(n_seeds, cpus + 1))
 
 
 def _env(out: Path, threads: int | None) -> dict:
@@ -152,6 +164,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     seeds = parse_seeds(args.seeds)
     cpus = os.cpu_count() or 1
+    if args.jobs is None:
+        args.jobs = default_jobs(len(seeds), cpus)
     threads = max(1, cpus // args.jobs) if args.jobs > 1 else None
     # Build `tiny` once before runs start side by side (they would race on the same cache dir).
     subprocess.run(

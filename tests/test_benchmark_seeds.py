@@ -12,6 +12,10 @@ def test_parse_seeds_ranges_and_lists():
     assert seeds.parse_seeds("0,2,5-6") == [0, 2, 5, 6]
 
 
+def test_default_jobs_is_one_more_than_the_cores_and_at_most_the_seeds():
+    assert seeds.default_jobs(5, 2) == 3 and seeds.default_jobs(5, 16) == 5 and seeds.default_jobs(1, 2) == 1
+
+
 def test_a_partial_run_is_resumed_and_a_new_one_started_with_one_thread(tmp_path):
     args = seeds.parse_args(["--out", str(tmp_path), "train.iterations=2"])
     cmd = seeds.command(args, 3, 1)
