@@ -151,6 +151,25 @@ def test_repeat_task_ends_the_prompt_with_the_task(family):
     assert again.startswith(plain) and again.endswith(", again: find a mug") and "again" not in plain
 
 
+def test_observation_prompt_form_is_the_sokoban_grid_alone_and_refused_elsewhere(tokenizer):
+    from gigpo.agent.prompts import clean_text
+    from gigpo.envs.sokoban import INSTRUCTION, make_env, make_tasks
+
+    grid, _ = make_env().reset(make_tasks("train", n=1, seed=0)[0])
+    assert render_prompt("sokoban", INSTRUCTION, grid, form="observation") == clean_text(grid)
+    full = Agent("sokoban", tokenizer, history_length=0).build_prompt(INSTRUCTION, grid, admissible_actions=["up"])
+    bare = Agent("sokoban", tokenizer, history_length=0, prompt_form="observation").build_prompt(
+        INSTRUCTION, grid, admissible_actions=["up"]
+    )
+    assert INSTRUCTION not in bare.text and INSTRUCTION in full.text and len(bare.ids) < len(full.ids) / 2
+    with pytest.raises(ValueError, match="observation is not its whole state"):
+        render_prompt("alfworld", "put a mug in sink", "You arrive at sink 1.", form="observation")
+    with pytest.raises(ValueError, match=r"history_length 0 \(got 2\)"):
+        Agent("sokoban", tokenizer, history_length=2, prompt_form="observation")
+    with pytest.raises(ValueError, match="alfworld.*False"):
+        Agent("alfworld", tokenizer, history_length=0, prompt_form="observation")
+
+
 def test_render_prompt_omits_history_block_at_step_zero():
     t = render_prompt("webshop", "buy shoes", "WebShop [SEP] Search", admissible_actions=["search[<query>]"])
     assert "step(s) so far" not in t and "'search[<query>]'" in t

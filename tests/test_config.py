@@ -325,3 +325,17 @@ def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
     with pytest.raises(ConfigError, match="env.history_length=0; use observation or state"):
         load_config(None, ["algorithm.anchor=context-1", "env.history_length=0"])
     assert "algorithm.anchor (str, default 'observation')" in help_text()
+
+
+def test_observation_prompt_needs_a_state_observation_family_and_no_history():
+    from gigpo.train.sft import sft_key
+
+    sok = load_config("configs/sokoban_tiny.yaml", [])
+    bare = load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=observation"])
+    assert bare.rollout.prompt == "observation" and sft_key(bare) != sft_key(sok)  # other prompts, other SFT
+    with pytest.raises(ConfigError, match="rollout.prompt: .*alfworld family's observation is not its whole state"):
+        load_config("configs/alfworld_tiny.yaml", ["rollout.prompt=observation", "env.history_length=0"])
+    with pytest.raises(ConfigError, match=r"rollout.prompt: .*env.history_length=0 \(got 2\)"):
+        load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=observation", "env.history_length=2"])
+    with pytest.raises(ConfigError, match="rollout.prompt: 'grid' is not one of"):
+        load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=grid"])

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from gigpo.agent.parsing import ParsedAction, parse_action
-from gigpo.agent.prompts import clean_text, render_prompt
-from gigpo.envs.spec import get_family
+from gigpo.agent.prompts import PROMPT_FORMS, clean_text, render_prompt
+from gigpo.envs.spec import families, get_family
 
 _ELLIPSIS = "..."
 
@@ -53,6 +53,9 @@ class Agent:
             envs list no admissible actions (search) are left unconstrained.
         repeat_task: repeat the task at the end of the prompt (``render_prompt``; an option, not
             the reference prompt).
+        prompt_form: ``full`` (the family's template) or ``observation`` (the observation
+            alone; families with ``FamilySpec.observation_is_state`` and no history shown);
+            see ``render_prompt``.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Agent:
         max_prompt_tokens: int = 2048,
         constrain_actions: bool = False,
         repeat_task: bool = False,
+        prompt_form: str = "full",
     ) -> None:
         try:
             self.spec = get_family(family)
@@ -72,6 +76,15 @@ class Agent:
         k = self.spec.default_history if history_length is None else history_length
         if k < 0:
             raise ValueError(f"Agent: history_length must be >= 0, got {k}")
+        if prompt_form not in PROMPT_FORMS:
+            raise ValueError(f"Agent: prompt_form must be one of {PROMPT_FORMS}, got {prompt_form!r}")
+        if prompt_form == "observation" and (not self.spec.observation_is_state or k or repeat_task):
+            raise ValueError(
+                f"Agent: prompt_form='observation' shows the observation alone: it needs a family whose "
+                f"observation is its whole state (FamilySpec.observation_is_state: "
+                f"{', '.join(f for f in families() if get_family(f).observation_is_state) or 'none'}; "
+                f"{family!r}: {self.spec.observation_is_state}), history_length 0 (got {k}) and no repeat_task"
+            )
         if max_prompt_tokens < 16:
             raise ValueError(f"Agent: max_prompt_tokens must be >= 16 to hold a chat template, got {max_prompt_tokens}")
         self.family = family
@@ -80,6 +93,7 @@ class Agent:
         self.max_prompt_tokens = max_prompt_tokens
         self.constrain_actions = constrain_actions
         self.repeat_task = repeat_task
+        self.prompt_form = prompt_form
         self._vocab = None
 
     # -- prompts ---------------------------------------------------------------------------
@@ -125,6 +139,7 @@ class Agent:
                     step=step,
                     admissible_actions=admissible_actions,
                     repeat_task=self.repeat_task,
+                    form=self.prompt_form,
                 )
             )
 

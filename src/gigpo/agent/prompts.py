@@ -16,6 +16,9 @@ from gigpo.envs.spec import FamilySpec, families, get_family
 from gigpo.text import clean_text  # noqa: F401 - re-exported: part of gigpo.agent.prompts' API
 
 
+PROMPT_FORMS = ("full", "observation")
+
+
 class _DefaultHistory(Mapping):
     """``family -> default history length K`` (``FamilySpec.default_history``), read from the registry."""
 
@@ -56,6 +59,7 @@ def render_prompt(
     step: int = 0,
     admissible_actions: Sequence[str] | None = None,
     repeat_task: bool = False,
+    form: str = "full",
 ) -> str:
     """The user-message text of one step's prompt.
 
@@ -73,8 +77,23 @@ def render_prompt(
             tokens before the response. An option for small models built from scratch, whose
             attention does not yet reach back hundreds of tokens to the task line; not in the
             reference prompts.
+        form: ``full`` (the family's template above) or ``observation``: the current
+            observation alone, for families whose observation is the whole state
+            (``FamilySpec.observation_is_state``); task, history, action list and format
+            instruction are left out. An option for small models built from scratch, which
+            learn to read a bare Sokoban grid but not the same grid inside the ~300-token
+            template (docs/notes/sokoban-tiny-does-not-read-the-grid.md); not the reference prompt.
     """
     spec = get_family(family) if isinstance(family, str) else family
+    if form not in PROMPT_FORMS:
+        raise ValueError(f"prompt form must be one of {PROMPT_FORMS}, got {form!r}")
+    if form == "observation":
+        if not spec.observation_is_state:
+            raise ValueError(
+                f"the {spec.name} family's observation is not its whole state (FamilySpec.observation_is_state); "
+                "its prompt needs the task and history: use the full prompt form"
+            )
+        return clean_text(observation)
     parts = [spec.system_prompt, f"{spec.task_label}: {task}"]
     if history:
         first = step - len(history)

@@ -161,6 +161,7 @@ SOKOBAN = FamilySpec(
         "Then give exactly one admissible action inside <action> </action>."
     ),
     default_history=2,
+    observation_is_state=True,  # the grid; the task (push every box onto a target) never changes
     fallback_tail=10,
     expert_reason=sokoban_reason,
     metrics=_sokoban_metrics,

@@ -45,6 +45,9 @@ class FamilySpec:
         prompt_style: ``env``: observation/action history and ``Current observation:`` (ALFWorld,
             WebShop); ``qa``: question answering, where the first observation is the question
             and later ones are tool results (search).
+        observation_is_state: the observation alone is the whole state and the task never
+            changes within the family (sokoban: the grid), so ``rollout.prompt=observation`` (the
+            prompt is the observation and nothing else) loses nothing the policy needs.
         history_noun: what the history lines show, in ``The most recent K <history_noun>:``.
         default_history: K, past steps shown when ``Agent(history_length=None)``.
         action_syntax: ``action``: ``<think>..</think><action>..</action>`` (lower-cased; on
@@ -76,6 +79,7 @@ class FamilySpec:
     task_label: str = "Your task is to"
     task_again_label: str = "Your task"
     prompt_style: str = "env"
+    observation_is_state: bool = False
     history_noun: str = "observations and the actions you took"
     default_history: int = 2
     action_syntax: str = "action"

@@ -50,6 +50,7 @@ from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options, needs_va
 from gigpo.train.distributed import MODES as DIST_MODES  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
 from gigpo.train.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
+from gigpo.agent.prompts import PROMPT_FORMS  # noqa: E402
 
 
 @dataclass
@@ -348,6 +349,14 @@ class RolloutConfig:
         "end each prompt with the task once more, a few tokens before the response "
         "(helps small from-scratch models read it; off = the reference prompt)",
     )
+    prompt: str = F(
+        "full",
+        "prompt form: full (the family's template: task, history, observation, admissible "
+        "actions, format instruction; the reference) or observation (the observation alone, "
+        "for families whose observation is the whole state, e.g. sokoban; needs "
+        "env.history_length=0; small from-scratch models read a bare grid, not one inside "
+        "the template)",
+    )
     backend: str = F(
         "hf",
         "who samples the rollouts: hf (Hugging Face model in the trainer's process) or server "
@@ -362,6 +371,7 @@ class RolloutConfig:
         _check(self.max_response_tokens >= 1, "rollout.max_response_tokens", "must be >= 1")
         _check(self.max_prompt_tokens >= 16, "rollout.max_prompt_tokens", "must be >= 16")
         _choice(self.backend, "rollout.backend", BACKENDS)
+        _choice(self.prompt, "rollout.prompt", PROMPT_FORMS)
         _check(
             not (self.backend == "server" and self.constrain_actions),
             "rollout.constrain_actions",
@@ -634,6 +644,24 @@ class Config:
     guard: GuardConfig = field(default_factory=GuardConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
+    def _check_observation_prompt(self) -> None:
+        from gigpo.envs.spec import families, get_family
+
+        spec = get_family(self.env.family)
+        ok = [f for f in families() if get_family(f).observation_is_state]
+        _check(
+            spec.observation_is_state,
+            "rollout.prompt",
+            f"'observation' shows the observation alone, but the {self.env.family} family's observation "
+            f"is not its whole state (families where it is: {', '.join(ok) or 'none'}); use rollout.prompt=full",
+        )
+        _check(
+            self.env.history_length == 0 and not self.rollout.repeat_task,
+            "rollout.prompt",
+            f"'observation' shows no history and no task: set env.history_length=0 (got "
+            f"{self.env.history_length}) and rollout.repeat_task=false",
+        )
+
     def __post_init__(self):
         _check(
             bool(self.name) and self.name not in (".", "..") and not any(c in self.name for c in "/\\"),
@@ -655,6 +683,8 @@ class Config:
             "rollout.backend=server syncs full weights to the server; LoRA adapters are not served "
             "(docs/serving.md): set model.lora=false or rollout.backend=hf",
         )
+        if self.rollout.prompt == "observation":
+            self._check_observation_prompt()
         kind, k = parse_anchor(self.algorithm.anchor)
         _check(
             kind != "context" or k <= self.env.history_length,
@@ -736,6 +766,7 @@ def build_agent(cfg: Config, tokenizer):
         max_prompt_tokens=cfg.rollout.max_prompt_tokens,
         constrain_actions=cfg.rollout.constrain_actions,
         repeat_task=cfg.rollout.repeat_task,
+        prompt_form=cfg.rollout.prompt,
     )
 
 

@@ -168,6 +168,8 @@ def sft_key(cfg) -> str:
         parts["constrain_actions"] = True
     if cfg.rollout.repeat_task:  # changes the prompts
         parts["repeat_task"] = True
+    if cfg.rollout.prompt != "full":  # likewise
+        parts["prompt_form"] = cfg.rollout.prompt
     if cfg.sft.think == "reason":  # the default was the only style before the option existed
         del parts["sft"]["think"]
     for k in ("warmup_steps", "relabel"):  # likewise: keys from before these options stay valid
