@@ -216,6 +216,11 @@ def test_last_model_is_delivered_only_within_the_margin_and_not_below_the_start(
     assert not run(seed0[:-1] + [(20, 0.4)])  # more than one standard error below the best
     assert not run([(0, 0.6), (5, 0.62), (10, 0.55)])  # within the margin but below the start
     assert not run(seed0, last_it=25)  # the last iteration was not validated
+    # seed 1 of a sweep: the best (iteration 15) scored 53.1 held-out, the last 62.5; one standard
+    # error at p = 0.719 is 0.0795, the last is 0.094 below
+    seed1 = [(0, 0.375), (5, 0.5625), (10, 0.65625), (15, 0.71875), (20, 0.625)]
+    assert not run(seed1) and run(seed1, margin=2.0)
+    assert not run(seed1[:-1] + [(20, 0.5)], margin=2.0)  # a fall of 22 points is no noise
     w = Watchdog(_cfg(), select_by_val=True)
     for it, v in seed0:
         w.observe_val(it, v)
