@@ -46,7 +46,7 @@ train: setup
 	$(BIN)/gigpo train --config configs/alfworld_tiny.yaml
 
 test: setup browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The real-engine tests of rollout.backend=server (tests/test_policy_server.py -k vllm); `make test`
 # runs them too when .venv-vllm exists and skips them, naming `make setup-vllm`, when it does not.
