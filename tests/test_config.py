@@ -325,3 +325,15 @@ def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
     with pytest.raises(ConfigError, match="env.history_length=0; use observation or state"):
         load_config(None, ["algorithm.anchor=context-1", "env.history_length=0"])
     assert "algorithm.anchor (str, default 'observation')" in help_text()
+
+
+def test_graphgpo_options_are_checked_where_they_are_set():
+    cfg = load_config(
+        None, ["algorithm.estimator=graphgpo", "algorithm.distance_decay=0.5", "algorithm.episode_weight=0"]
+    )
+    assert cfg.algorithm.estimator_options() == {"distance_decay": 0.5, "episode_weight": 0.0}
+    with pytest.raises(ConfigError, match=r"algorithm\.distance_decay: must be in \(0, 1\]"):
+        load_config(None, ["algorithm.estimator=graphgpo", "algorithm.distance_decay=1.5"])
+    # a GraphGPO option on another estimator names the estimator and how to clear it
+    with pytest.raises(ConfigError, match=r"algorithm\.normalize_distance: True is set but estimator 'gigpo'"):
+        load_config(None, ["algorithm.estimator=gigpo", "algorithm.normalize_distance=true"])
