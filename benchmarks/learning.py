@@ -9,6 +9,7 @@ comparison continues where it stopped: complete runs are skipped, partial ones `
     python benchmarks/learning.py                       # full ALFWorld comparison (~65 min, 2 cores)
     python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~30 min)
     python benchmarks/learning.py --estimators gigpo_std_norm,grpo,ppo   # with PPO + critic (opt-in)
+    python benchmarks/learning.py --estimators gigpo_std_norm,grpo,graphgpo   # with GraphGPO (opt-in)
     python benchmarks/learning.py --family webshop
     python benchmarks/learning.py --family sokoban
     python benchmarks/learning.py --quick --out /tmp/x  # smoke run of a few minutes
@@ -56,6 +57,11 @@ ANCHOR_VARIANTS = {
     "gigpo_state": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm", "algorithm.anchor=state"],
     "gigpo_context2": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm", "algorithm.anchor=context-2"],
 }
+# GraphGPO (docs/algorithm.md#graphgpo): step returns from a state graph of each group's rollouts,
+# with the recipe's defaults (mean_std_norm, distance_decay 0.1, both weights 1). Opt-in.
+GRAPH_VARIANTS = {
+    "graphgpo": ["algorithm.estimator=graphgpo", "algorithm.mode=mean_std_norm"],
+}
 # PPO with a learned critic, the paper's PPO row (docs/algorithm.md#ppo-with-a-learned-critic).
 # Opt-in. Dynamic sampling and skipping A = 0 rows do not apply to it (config errors), so they are
 # off for this variant only. critic.lr: verl-agent's critic runs at 10x its actor's lr; 10x the
@@ -73,9 +79,10 @@ CRITIC_VARIANTS = {
 }
 DEFAULT_VARIANTS = tuple(VARIANTS)
 VARIANTS.update(ANCHOR_VARIANTS)
+VARIANTS.update(GRAPH_VARIANTS)
 VARIANTS.update(CRITIC_VARIANTS)
 
-CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo", *ANCHOR_VARIANTS, *CRITIC_VARIANTS)
+CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo", *ANCHOR_VARIANTS, *GRAPH_VARIANTS, *CRITIC_VARIANTS)
 
 # Variants whose advantages equal another variant's exactly (tests/test_advantages_registry.py):
 # with mean_std_norm, GiGPO without its step part is GRPO's episode advantage, so with the same

@@ -19,6 +19,7 @@ def test_benchmark_quick_prints_every_path_machine_and_load():
     assert "before: load average" in out and "after: load average" in out
     paths = (
         "alfworld-like exact",
+        "alfworld-like graphgpo",
         "search-like similarity 0.9",
         "search-r1-format similarity 0.9",
         "alfworld-like similarity 0.95",

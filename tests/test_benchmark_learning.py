@@ -418,3 +418,22 @@ def test_sections_without_those_metrics_rebuild_exactly_as_committed(family, tmp
     want = re.search(pat, (ROOT / "docs" / "results.md").read_text(), re.S).group(0)
     assert re.search(pat, (tmp_path / "results.md").read_text(), re.S).group(0) == want
     assert not (res / "step_group_sizes.png").exists()
+
+
+def test_graphgpo_variant_is_opt_in_and_a_valid_run_on_every_family(tmp_path):
+    from gigpo.train.config import load_config
+
+    assert "graphgpo" not in L.parse_args([]).estimators
+    for family in L.FULL:
+        args = L.parse_args(
+            ["--family", family, "--runs-dir", str(tmp_path), "--seeds", "0", "--estimators", "grpo,graphgpo"]
+        )
+        runs = {r["variant"]: r for r in L.plan_runs(args, "/models/sft")}
+        base, graph = _by_key(runs["grpo"]["overrides"]), _by_key(runs["graphgpo"]["overrides"])
+        assert {k for k in base.keys() | graph.keys() if base.get(k) != graph.get(k)} <= {
+            "algorithm.estimator",
+            "name",
+            "log.eval_before",
+        }
+        cfg = load_config(args.config, runs["graphgpo"]["overrides"])
+        assert cfg.algorithm.estimator == "graphgpo" and cfg.algorithm.mode == "mean_std_norm"

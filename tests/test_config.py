@@ -339,3 +339,15 @@ def test_observation_prompt_needs_a_state_observation_family_and_no_history():
         load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=observation", "env.history_length=2"])
     with pytest.raises(ConfigError, match="rollout.prompt: 'grid' is not one of"):
         load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=grid"])
+
+
+def test_graphgpo_options_are_checked_where_they_are_set():
+    cfg = load_config(
+        None, ["algorithm.estimator=graphgpo", "algorithm.distance_decay=0.5", "algorithm.episode_weight=0"]
+    )
+    assert cfg.algorithm.estimator_options() == {"distance_decay": 0.5, "episode_weight": 0.0}
+    with pytest.raises(ConfigError, match=r"algorithm\.distance_decay: must be in \(0, 1\]"):
+        load_config(None, ["algorithm.estimator=graphgpo", "algorithm.distance_decay=1.5"])
+    # a GraphGPO option on another estimator names the estimator and how to clear it
+    with pytest.raises(ConfigError, match=r"algorithm\.normalize_distance: True is set but estimator 'gigpo'"):
+        load_config(None, ["algorithm.estimator=gigpo", "algorithm.normalize_distance=true"])

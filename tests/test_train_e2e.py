@@ -167,3 +167,25 @@ def test_resuming_a_finished_run_changes_nothing(reference_run):
     assert again.returncode == 0, again.stderr[-2000:]
     assert "already finished at iteration 3" in again.stdout
     assert (reference_run / "metrics.jsonl").read_text() == before  # no second eval_final
+
+
+@pytest.mark.slow
+def test_graphgpo_trains_two_iterations_with_gigpo_train(tmp_path):
+    """``algorithm.estimator=graphgpo`` through ``gigpo train`` on the smallest run (tests/small_runs.py);
+    search_tiny's similarity_threshold 0.9 merges graph nodes there (docs/algorithm.md#graphgpo)."""
+    from small_runs import train_cmd
+
+    extra = ["train.iterations=2", "algorithm.estimator=graphgpo", "algorithm.distance_decay=0.5"]
+    r = subprocess.run(
+        train_cmd(tmp_path, "graph", extra),
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    train = [x for x in _lines(tmp_path / "graph") if x["tag"] == "train"]
+    assert [x["iteration"] for x in train] == [1, 2]
+    assert all("advantage/mean" in x and "step_groups/num_groups" in x for x in train)
+    cfg = load_config(tmp_path / "graph" / "config.yaml", [])
+    assert (cfg.algorithm.estimator, cfg.algorithm.distance_decay) == ("graphgpo", 0.5)

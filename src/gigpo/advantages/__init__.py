@@ -13,6 +13,10 @@ are public so other trainers (verl, TRL) can use them directly:
   and ``gae``, PPO with a learned critic, which takes the critic's per-token values);
 - ``gae``, ``masked_whiten``, ``row_gae`` (``gae.py``): Generalized Advantage Estimation over
   token rows (docs/algorithm.md#ppo-with-a-learned-critic);
+- ``graphgpo``, ``graph_step_returns``, ``state_graph``, ``goal_distances`` (``graph.py``):
+  GraphGPO's step returns from a state graph of each episode group's rollouts
+  (docs/algorithm.md#graphgpo), registered as ``graphgpo``; it takes the run-time input
+  ``penalties`` (``runtime_inputs``);
 - ``step_group_stats``: group-size diagnostics for logging;
 - ``synthetic`` (imported by name, not re-exported): ALFWorld- and Search-R1-shaped batches for
   tests and benchmarks.
@@ -34,8 +38,17 @@ from .anchors import (
 )
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .gae import gae, masked_whiten, row_gae
+from .graph import goal_distances, graph_step_returns, graphgpo, state_graph
 from .grouping import exact_step_groups, hashable_anchor, similarity_step_groups
-from .registry import ESTIMATORS, RUNTIME_INPUTS, compute_advantages, estimator_options, needs_values, register
+from .registry import (
+    ESTIMATORS,
+    RUNTIME_INPUTS,
+    compute_advantages,
+    estimator_options,
+    needs_values,
+    register,
+    runtime_inputs,
+)
 from .returns import apply_invalid_action_penalty, discounted_returns, episode_scores
 from .stats import step_group_stats
 
@@ -55,6 +68,9 @@ __all__ = [
     "exact_step_groups",
     "gae",
     "gigpo",
+    "goal_distances",
+    "graph_step_returns",
+    "graphgpo",
     "grpo",
     "hashable_anchor",
     "hierarchical_anchors",
@@ -64,7 +80,9 @@ __all__ = [
     "register",
     "rloo",
     "row_gae",
+    "runtime_inputs",
     "similarity_step_groups",
+    "state_graph",
     "state_mixing",
     "state_or_observation",
     "step_anchors",

@@ -2,10 +2,12 @@
 
 Every registered function takes the same keyword inputs (scores, step_returns, episode_ids,
 traj_ids, anchors; an estimator ignores the ones it does not use) plus its own keyword-only
-options, and returns an ``AdvantageResult``. An estimator that also takes ``values`` (the
-critic's per-token values, ``RUNTIME_INPUTS``) needs a learned critic (``needs_values``): the
-trainer computes them each iteration and passes them; they are not an option. ``compute_advantages``
-checks the name and the options against the function's signature before calling it.
+options, and returns an ``AdvantageResult``. An estimator may also take run-time inputs
+(``RUNTIME_INPUTS``), which the trainer computes each iteration and passes; they are not options:
+``values`` (the critic's per-token values: the estimator needs a learned critic, ``needs_values``)
+and ``penalties`` (each row's invalid-action penalty, for estimators that build their own step
+returns). ``compute_advantages`` checks the name and the options against the function's signature
+before calling it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import numpy as np
 from ._types import Anchors, ArrayLike
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .gae import row_gae
+from .graph import graphgpo
 
 ESTIMATORS: dict[str, Callable[..., AdvantageResult]] = {}
 _INPUTS = ("scores", "step_returns", "episode_ids", "traj_ids", "anchors")
 # Inputs computed by the trainer at run time for the estimators that declare them (not options).
-RUNTIME_INPUTS = ("values",)
+RUNTIME_INPUTS = ("values", "penalties")
 
 
 def register(name: str):
@@ -53,6 +56,12 @@ def needs_values(name: str) -> bool:
     return "values" in inspect.signature(_lookup(name)).parameters
 
 
+def runtime_inputs(name: str) -> tuple[str, ...]:
+    """The ``RUNTIME_INPUTS`` estimator ``name`` takes (``values``, ``penalties``), in that order."""
+    params = inspect.signature(_lookup(name)).parameters
+    return tuple(k for k in RUNTIME_INPUTS if k in params)
+
+
 def _lookup(name: str):
     if name not in ESTIMATORS:
         close = difflib.get_close_matches(str(name), ESTIMATORS, n=1)
@@ -70,22 +79,30 @@ def compute_advantages(
     traj_ids: ArrayLike | None = None,
     anchors: Anchors | None = None,
     values: Sequence[ArrayLike] | None = None,
+    penalties: ArrayLike | None = None,
     **options: Any,
 ) -> AdvantageResult:
     """Run estimator ``name`` on row arrays (all length N; see ``gigpo`` for their meaning).
 
     scores float [N], step_returns float [N], episode_ids/traj_ids any [N], anchors [N];
     values: N float arrays (the critic's value of each response token) for the estimators that
-    take them (``needs_values``), else None.
+    take them (``needs_values``), else None; penalties: float [N], the invalid-action penalty
+    subtracted from each row's score (0 for valid rows), for the estimators that take it
+    (``runtime_inputs``), else None.
     ``options`` go to the estimator (see ``estimator_options(name)``); an option it does not
     accept is an error, never silently dropped.
     """
     fn = _lookup(name)
     runtime = {}
-    if needs_values(name):
+    takes = runtime_inputs(name)
+    if "values" in takes:
         runtime["values"] = _need(values, "the critic's per-token values", name)
     elif values is not None:
         raise ValueError(f"estimator {name!r} takes no critic values; pass values=None")
+    if "penalties" in takes:
+        runtime["penalties"] = _need(penalties, "each row's invalid-action penalty (penalties=)", name)
+    elif penalties is not None:
+        raise ValueError(f"estimator {name!r} takes no penalties (they are already in its scores); pass penalties=None")
     allowed = estimator_options(name)
     unknown = sorted(set(options) - set(allowed))
     if unknown:
@@ -191,3 +208,40 @@ def _gae(*, scores, step_returns, episode_ids, traj_ids, anchors, values, gamma=
     adv, ret = row_gae(s, values, gamma=gamma, lam=lam, whiten=whiten)
     mean = np.array([a.mean() if len(a) else 0.0 for a in adv], dtype=np.float32)
     return AdvantageResult(mean, mean.copy(), np.zeros(len(s), np.float32), np.full(len(s), -1, np.int64), adv, ret)
+
+
+@register("graphgpo")
+def _graphgpo(
+    *,
+    scores,
+    step_returns,
+    episode_ids,
+    traj_ids,
+    anchors,
+    penalties,
+    mode="mean_std_norm",
+    step_weight=1.0,
+    episode_weight=1.0,
+    distance_decay=0.1,
+    normalize_distance=False,
+    similarity_threshold=None,
+    epsilon=1e-6,
+    anchor_key=None,
+):
+    """GraphGPO (arXiv:2605.26684, verl-agent recipe/GraphGPO): step returns from a state graph of
+    each episode group's rollouts (``graph.graphgpo``); ``step_returns`` is not used."""
+    return graphgpo(
+        scores,
+        episode_ids,
+        _need(traj_ids, "traj_ids", "graphgpo"),
+        _need(anchors, "anchors", "graphgpo"),
+        penalties,
+        mode=mode,
+        step_weight=step_weight,
+        episode_weight=episode_weight,
+        decay=distance_decay,
+        normalize_distance=normalize_distance,
+        similarity_threshold=similarity_threshold,
+        epsilon=epsilon,
+        anchor_key=anchor_key,
+    )

@@ -168,7 +168,8 @@ class AlgorithmConfig:
         "gigpo",
         "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
         "grpo, rloo, gigpo_no_step, gigpo_no_episode, gae (PPO with a learned critic, "
-        "settings in critic.*), or your own (register)",
+        "settings in critic.*), graphgpo (step returns from a state graph of each group's "
+        "rollouts, docs/algorithm.md#graphgpo), or your own (register)",
     )
     estimator_module: str = F(
         "",
@@ -190,16 +191,30 @@ class AlgorithmConfig:
     mode: str | None = F(
         None,
         "normalisation: mean_std_norm ((x - mean) / (std + epsilon)) or mean_norm "
-        "(x - mean); unset = the estimator's default (gigpo: mean_norm, grpo: "
+        "(x - mean); unset = the estimator's default (gigpo: mean_norm, grpo and graphgpo: "
         "mean_std_norm); not an option of rloo",
     )
     step_weight: float | None = F(
-        None, "weight of the step-level advantage (paper Eq. 8, omega); unset = 1.0; gigpo and gigpo_no_episode"
+        None,
+        "weight of the step-level advantage (paper Eq. 8, omega); unset = 1.0; gigpo, gigpo_no_episode and graphgpo",
+    )
+    episode_weight: float | None = F(
+        None, "graphgpo: weight of the episode-level advantage (0 = the graph's step signal alone); unset = 1.0"
+    )
+    distance_decay: float | None = F(
+        None,
+        "graphgpo: a step's return is 10 * distance_decay^d, d = shortest-path steps from the state it "
+        "reached to the goal in its group's state graph (the recipe's algorithm.gamma); in (0, 1]; unset = 0.1",
+    )
+    normalize_distance: bool | None = F(
+        None,
+        "graphgpo: the return is 10 * distance_decay^(d(reached) - d(current) + 1), rewarding progress "
+        "rather than nearness; unset = false",
     )
     similarity_threshold: float | None = F(
         None,
         "group anchor states whose texts have a difflib ratio >= this "
-        "(in (0, 1]); unset = exact equality; gigpo variants",
+        "(in (0, 1]); unset = exact equality; gigpo variants (step groups) and graphgpo (graph nodes only)",
     )
     epsilon: float | None = F(None, "std floor in advantage normalisation; unset = 1e-6")
     options: dict = F(
@@ -208,7 +223,15 @@ class AlgorithmConfig:
         "own: algorithm.options.scale=0.5)",
     )
 
-    OPTIONS: typing.ClassVar[tuple[str, ...]] = ("mode", "step_weight", "similarity_threshold", "epsilon")
+    OPTIONS: typing.ClassVar[tuple[str, ...]] = (
+        "mode",
+        "step_weight",
+        "episode_weight",
+        "distance_decay",
+        "normalize_distance",
+        "similarity_threshold",
+        "epsilon",
+    )
 
     def __post_init__(self):
         if self.estimator_module:
@@ -231,6 +254,15 @@ class AlgorithmConfig:
             _check(0.0 < self.similarity_threshold <= 1.0, "algorithm.similarity_threshold", "must be in (0, 1]")
         if self.epsilon is not None:
             _check(self.epsilon > 0, "algorithm.epsilon", "must be > 0")
+        for k in ("step_weight", "episode_weight"):
+            v = getattr(self, k)
+            _check(v is None or math.isfinite(v), f"algorithm.{k}", f"must be a finite number, got {v}")
+        if self.distance_decay is not None:
+            _check(
+                0.0 < self.distance_decay <= 1.0,
+                "algorithm.distance_decay",
+                f"must be in (0, 1] (the return is 10 * distance_decay^distance), got {self.distance_decay}",
+            )
         accepted = estimator_options(self.estimator)
         for k in self.OPTIONS:
             v = getattr(self, k)

@@ -423,6 +423,7 @@ class Trainer:
             compute_advantages,
             discounted_returns,
             episode_scores,
+            runtime_inputs,
         )
 
         a = self.cfg.algorithm
@@ -433,6 +434,10 @@ class Trainer:
         returns = discounted_returns(batch.reward, batch.traj_id, a.gamma)
         scores = episode_scores(batch.reward, batch.traj_id)
         scores, step_returns = apply_invalid_action_penalty(scores, returns, batch.valid, a.invalid_action_penalty)
+        # Estimators that build their own step returns (graphgpo) subtract the same penalty there.
+        penalties = None
+        if "penalties" in runtime_inputs(a.estimator):
+            penalties = np.where(np.asarray(batch.valid, bool), 0.0, float(a.invalid_action_penalty or 0.0))
         res = compute_advantages(
             a.estimator,
             scores=scores,
@@ -441,6 +446,7 @@ class Trainer:
             traj_ids=batch.traj_id,
             anchors=self.anchors(batch) if anchors is None else anchors,
             values=values,
+            penalties=penalties,
             **options,
         )
         return res, step_returns, scores
