@@ -202,7 +202,7 @@ def test_watchdog_entropy_floor_and_validation_drop():
     assert w2.observe_val(1, 0.0) == (False, None) and w2.observe_train(1, 0.0, 0.0)[1] is None
 
 
-def test_last_model_is_delivered_only_within_the_margin_and_not_below_the_start():
+def test_last_model_is_delivered_when_it_validates_within_the_margin_of_the_best():
     # validation on 32 tasks: one standard error at p = 0.5625 is sqrt(p (1 - p) / 32) = 0.0877
     def run(vals, margin=1.0, last_it=None):
         w = Watchdog(_cfg(), select_by_val=True)
@@ -214,7 +214,10 @@ def test_last_model_is_delivered_only_within_the_margin_and_not_below_the_start(
     assert run(seed0)  # 0.531 >= 0.5625 - 0.0877
     assert not run(seed0, margin=0.0)  # 0 = strict best
     assert not run(seed0[:-1] + [(20, 0.4)])  # more than one standard error below the best
-    assert not run([(0, 0.6), (5, 0.62), (10, 0.55)])  # within the margin but below the start
+    # seed 2 of that sweep: the start validated best (56.2, held-out 47.9), the last 53.1 (held-out
+    # 62.5): a lucky start is no reason to discard 20 iterations
+    seed2 = [(0, 0.5625), (5, 0.531), (10, 0.344), (15, 0.406), (20, 0.531)]
+    assert run(seed2, margin=2.0) and not run(seed2, margin=0.0)
     assert not run(seed0, last_it=25)  # the last iteration was not validated
     # seed 1 of a sweep: the best (iteration 15) scored 53.1 held-out, the last 62.5; one standard
     # error at p = 0.719 is 0.0795, the last is 0.094 below

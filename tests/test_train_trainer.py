@@ -94,3 +94,29 @@ def test_new_run_keeps_an_existing_run_dir_instead_of_appending(tmp_path):
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("r-")]
     assert len(kept) == 1 and (kept[0] / "metrics.jsonl").read_text().startswith('{"tag": "train"')
     assert not (old / "metrics.jsonl").exists() or (old / "metrics.jsonl").read_text() == ""
+
+
+def test_every_held_out_evaluation_samples_with_the_same_seeds(tmp_path):
+    # before/after compare on common random numbers, and a delivered start model scores exactly
+    # what it scored before training
+    from pathlib import Path
+
+    from gigpo.train.config import load_config
+    from gigpo.train.trainer import Trainer
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    cfg = load_config(
+        configs / "search_tiny.yaml",
+        [f"output_dir={tmp_path}", "name=r", "sft.enabled=false", "env.eval_tasks=2", "log.progress=false"],
+    )
+    tr = Trainer(cfg)
+    seeds = []
+    tr._eval_rollout = lambda pool, seed: (seeds.append(seed), ({"success": 0.5}, 0.0))[1]
+    try:
+        tr.evaluate()
+        tr.iteration = 7
+        tr.evaluate(tag="eval_final")
+        tr.validate()
+    finally:
+        tr.close()
+    assert seeds[0] == seeds[1] != seeds[2]  # validation has its own stream

@@ -616,9 +616,9 @@ class GuardConfig:
     select_margin_se: float = F(
         2.0,
         "model/ is the last model instead of the best by validation when the last's validation "
-        "success is within this many standard errors of the best's (sqrt(p(1-p)/val_tasks)) and "
-        "not below the start's (0 = always the best). 2: the best of several noisy validations is "
-        "a lucky draw, and the difference of two has ~1.4 times one's standard error",
+        "success is within this many standard errors of the best's (sqrt(p(1-p)/val_tasks); the "
+        "start is a candidate too; 0 = always the best). 2: the best of several noisy validations "
+        "is a lucky draw, and the difference of two has ~1.4 times one's standard error",
     )
     watchdog: bool = F(
         True,

@@ -87,16 +87,19 @@ class Watchdog:
     def deliver_last(self, last_iteration: int, margin_se: float, val_tasks: int) -> bool:
         """Deliver the last model rather than the best-by-validation one?
 
-        Yes when the last iteration was validated, its success is within ``margin_se`` binomial
-        standard errors of the best (``sqrt(p (1 - p) / val_tasks)`` at the best's ``p``) and not
-        below the starting model's: among models that validation cannot tell apart, the most
-        trained one (a "one-standard-error rule" that prefers the later model). 0 = strict best.
+        Yes when the last iteration was validated and its success is within ``margin_se``
+        binomial standard errors of the best's (``sqrt(p (1 - p) / val_tasks)`` at the best's
+        ``p``; the start is one of the candidates): among models that validation cannot tell
+        apart, the most trained one. 0 = strict best. The best of several noisy validations is
+        a lucky draw, which is why the rule compares against it with a margin rather than
+        against the start: a run whose last model validates below a lucky start by less than
+        the margin still delivers its last model.
         """
         if margin_se <= 0 or self.last_val is None or self.last_val[0] != last_iteration:
             return False
         p, last = self.best_val, self.last_val[1]
         se = (max(p * (1 - p), 0.0) / max(val_tasks, 1)) ** 0.5
-        return last >= p - margin_se * se - 1e-12 and (self.start_val is None or last >= self.start_val)
+        return last >= p - margin_se * se - 1e-12
 
     def rolled_back(self) -> None:
         """Restart the training-side signals from the restored model's level."""

@@ -810,7 +810,9 @@ class Trainer:
 
     def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
-        m, secs = self._eval_rollout(self.eval_pool, iteration_seed(self.cfg.seed, self.iteration, 9))
+        # The same sampling seeds at every evaluation, as for validation: a model scores the same
+        # each time, and before/after compare on common random numbers (paired, less noise).
+        m, secs = self._eval_rollout(self.eval_pool, iteration_seed(self.cfg.seed, 0, 9))
         out = {f"eval/{k}": v for k, v in m.items()}
         out["time/eval"] = secs
         out.update(extra)
