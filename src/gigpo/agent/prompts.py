@@ -56,6 +56,7 @@ def render_prompt(
     step: int = 0,
     admissible_actions: Sequence[str] | None = None,
     repeat_task: bool = False,
+    preamble: Sequence[str] = (),
 ) -> str:
     """The user-message text of one step's prompt.
 
@@ -73,9 +74,11 @@ def render_prompt(
             tokens before the response. An option for small models built from scratch, whose
             attention does not yet reach back hundreds of tokens to the task line; not in the
             reference prompts.
+        preamble: text parts shown after the system prompt, before the task (the prompting
+            agents' few-shot examples and reflections, ``gigpo.agent.prompting``).
     """
     spec = get_family(family) if isinstance(family, str) else family
-    parts = [spec.system_prompt, f"{spec.task_label}: {task}"]
+    parts = [spec.system_prompt, *preamble, f"{spec.task_label}: {task}"]
     if history:
         first = step - len(history)
         parts.append(
