@@ -325,3 +325,37 @@ def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
     with pytest.raises(ConfigError, match="env.history_length=0; use observation or state"):
         load_config(None, ["algorithm.anchor=context-1", "env.history_length=0"])
     assert "algorithm.anchor (str, default 'observation')" in help_text()
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["agent.mode=reflection"], "agent.mode: 'reflection' is not one of .* Did you mean 'reflexion'"),
+        (["agent.reflexion_trials=0"], "agent.reflexion_trials: must be >= 1, got 0"),
+        (["agent.fewshot=-1"], "agent.fewshot: must be >= 0"),
+        (["rollout.backend=api"], "rollout.api.model: rollout.backend=api needs the model name .*=gpt-4o"),
+        (
+            ["rollout.api.endpoint=responses"],
+            "rollout.api.endpoint: 'responses' is not one of \\['chat', 'completions'\\]",
+        ),
+        (["rollout.api.base_url=api.openai.com"], "rollout.api.base_url: must be an http"),
+        (
+            ["rollout.backend=api", "rollout.api.model=m", "rollout.constrain_actions=true"],
+            "rollout.constrain_actions: is not available with rollout.backend=api",
+        ),
+    ],
+)
+def test_prompting_agent_and_api_settings_are_checked(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_prompting_agents_and_the_api_backend_are_eval_only():
+    load_config(None, ["agent.mode=reflexion", "rollout.backend=api", "rollout.api.model=m"])  # fine for eval
+    for overrides, key in (
+        (["agent.mode=react"], "agent.mode: 'react' is a prompting baseline for `gigpo eval` only"),
+        (["rollout.backend=api", "rollout.api.model=m"], "rollout.backend: api returns text without token ids"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            load_config(None, overrides).check_trainable()
+    load_config(None, []).check_trainable()
