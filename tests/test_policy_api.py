@@ -18,7 +18,7 @@ def test_text_back_for_each_prompt(server, endpoint):
         out = gen.complete(["go to the sink", "take mug 1 from table 2"], PARAMS)
         assert len(out) == 2 and all(isinstance(t, str) for t in out)
         assert out == gen.complete(["go to the sink", "take mug 1 from table 2"], PARAMS)  # seeded per row
-        assert server.state.prompts[:2] == ["go to the sink", "take mug 1 from table 2"]
+        assert sorted(server.state.prompts[:2]) == ["go to the sink", "take mug 1 from table 2"]  # concurrent
         assert server.state.auth is None  # no key variable: no header
         assert gen.prompt_field == ("message" if endpoint == "chat" else "text")
     finally:

@@ -84,8 +84,8 @@ def rollout(
         preambles: per task, prompt parts shown before the task (``Agent.build_prompt``; the
             prompting agents' examples and reflections, ``gigpo.rollout.prompting``).
 
-    A text-only generator (``generate_texts``) gives rows without token ids or log-probs
-    (evaluation only).
+    A text-only generator (``generate_texts``) gives rows without response token ids or
+    log-probs (evaluation only).
 
     Returns the StepBatch with rows sorted trajectory-major, in time order. ``meta``:
         family, group_size, num_tasks, steps (loop iterations), prompts (prompts built),
