@@ -94,7 +94,6 @@ def test_react_prompts_carry_expert_examples_and_responses_parse(tiny):
     assert "reflexion/success@1" not in res.metrics
 
 
-@pytest.mark.slow
 def test_reflexion_retries_failed_tasks_with_their_reflections(tiny):
     cfg = _cfg("agent.mode=reflexion", "agent.reflection_tokens=16")
     _, _, res = _run(tiny, cfg, "reflexion", trials=3)
@@ -118,7 +117,6 @@ def test_reflexion_retries_failed_tasks_with_their_reflections(tiny):
     assert m["num_trajectories"] == 2  # one counted trajectory per task
 
 
-@pytest.mark.slow
 def test_gigpo_eval_prints_per_trial_success(capsys):
     from gigpo.cli import main
 
@@ -129,7 +127,6 @@ def test_gigpo_eval_prints_per_trial_success(capsys):
     assert 1.0 <= m["reflexion/trials"] <= 2.0
 
 
-@pytest.mark.slow
 def test_reflexion_against_an_inference_server(server):
     cfg = _cfg(
         "agent.mode=reflexion",
