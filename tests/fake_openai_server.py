@@ -4,7 +4,12 @@ Stdlib ``http.server`` on 127.0.0.1 that samples with gigpo's own ``HFGenerator`
 directory, speaking the subset of vLLM's API that ``ServerGenerator`` uses: ``/health``,
 ``/v1/models``, ``/tokenize``, ``/v1/completions`` (token-id prompts, ``return_token_ids`` or
 ``return_tokens_as_token_ids``, ``logprobs: 0``, ``seed``, ``stop_token_ids``),
-``/collective_rpc`` (``reload_weights`` with ``weights_path``) and ``/reset_prefix_cache``.
+``/collective_rpc`` (``reload_weights`` with ``weights_path``) and ``/reset_prefix_cache``; and,
+for the text-only API backend (``gigpo.policy.api``), ``/v1/chat/completions`` (messages through
+the model's chat template) and ``/v1/completions`` with a text prompt, under ``/v1`` as an
+OpenAI base URL has it. ``State.auth`` holds the last request's ``Authorization`` header and
+``State.prompts`` every text prompt (chat: the user message) received; with ``State.key`` set,
+``/v1`` requests without that Bearer key are answered 401.
 
 Switches on ``FakeServer.state`` make it misbehave as real servers do: ``fail_next`` (answer 500
 to that many completions), ``dead`` (500 on completions, 503 on /health: a crashed engine),
@@ -37,6 +42,9 @@ class State:
         self.raw_logprobs = False
         self.completions = 0
         self.reloads: list[str] = []
+        self.auth: str | None = None
+        self.key: str | None = None  # when set, /v1 requests without "Bearer <key>" get 401
+        self.prompts: list[str] = []
         self.load(model_dir)
 
     def load(self, model_dir: str) -> None:
@@ -57,7 +65,12 @@ class State:
             max_new_tokens=int(body.get("max_tokens", 16)),
             seed=body.get("seed"),
         )
-        prompt = [int(t) for t in body["prompt"]]
+        if isinstance(body["prompt"], str):
+            with self.lock:
+                self.prompts.append(body["prompt"])
+            prompt = list(self.tok(body["prompt"], add_special_tokens=False)["input_ids"])
+        else:
+            prompt = [int(t) for t in body["prompt"]]
         with self.lock:
             if body.get("stop_token_ids"):
                 self.gen.eos_ids = [int(i) for i in body["stop_token_ids"]]
@@ -81,6 +94,17 @@ class State:
         if body.get("return_token_ids") and self.token_ids:
             choice["token_ids"] = ids
         return {"object": "text_completion", "model": self.name, "choices": [choice]}
+
+    def chat(self, body: dict) -> dict:
+        """A chat completion: the messages through the model's chat template, then ``complete``."""
+        with self.lock:
+            self.prompts.append(body["messages"][-1]["content"])
+        text = self.tok.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
+        ids = list(self.tok(text, add_special_tokens=False)["input_ids"])
+        out = self.complete({**body, "prompt": ids, "logprobs": None})
+        ch = out["choices"][0]
+        msg = {"role": "assistant", "content": ch["text"]}
+        return {"object": "chat.completion", "model": self.name, "choices": [{"index": 0, "message": msg}]}
 
 
 def make_handler(state: State):
@@ -107,7 +131,12 @@ def make_handler(state: State):
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(n) or b"{}")
-            if self.path == "/v1/completions":
+            state.auth = self.headers.get("Authorization")
+            if state.key is not None and self.path.startswith("/v1/") and state.auth != f"Bearer {state.key}":
+                self._send(401, {"error": {"message": "Incorrect API key provided"}})
+            elif self.path == "/v1/chat/completions":
+                self._send(200, state.chat(body))
+            elif self.path == "/v1/completions":
                 with state.lock:
                     state.completions += 1
                     fail = state.dead or state.fail_next > 0

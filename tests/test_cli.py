@@ -55,3 +55,9 @@ def test_broken_yaml_and_non_finite_lr_are_one_line_with_exit_2(tmp_path, capsys
     assert err.startswith("gigpo: config file is not valid YAML") and "\n" not in err
     assert main(["train", "train.lr=.inf"]) == 2
     assert capsys.readouterr().err.strip() == "gigpo: config error: train.lr: must be a finite number, got inf"
+
+
+def test_train_refuses_a_prompting_agent(capsys):
+    assert main(["train", "agent.mode=reflexion"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gigpo: config error: agent.mode: 'reflexion' is a prompting baseline for `gigpo eval` only")

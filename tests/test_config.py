@@ -337,6 +337,10 @@ def test_observation_prompt_needs_a_state_observation_family_and_no_history():
         load_config("configs/alfworld_tiny.yaml", ["rollout.prompt=observation", "env.history_length=0"])
     with pytest.raises(ConfigError, match=r"rollout.prompt: .*env.history_length=0 \(got 2\)"):
         load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=observation", "env.history_length=2"])
+    with pytest.raises(ConfigError, match="rollout.prompt: 'observation' leaves no room for agent.mode=react"):
+        load_config(
+            "configs/sokoban_tiny.yaml", ["rollout.prompt=observation", "env.history_length=0", "agent.mode=react"]
+        )
     with pytest.raises(ConfigError, match="rollout.prompt: 'grid' is not one of"):
         load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=grid"])
 
@@ -351,3 +355,37 @@ def test_graphgpo_options_are_checked_where_they_are_set():
     # a GraphGPO option on another estimator names the estimator and how to clear it
     with pytest.raises(ConfigError, match=r"algorithm\.normalize_distance: True is set but estimator 'gigpo'"):
         load_config(None, ["algorithm.estimator=gigpo", "algorithm.normalize_distance=true"])
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["agent.mode=reflection"], "agent.mode: 'reflection' is not one of .* Did you mean 'reflexion'"),
+        (["agent.reflexion_trials=0"], "agent.reflexion_trials: must be >= 1, got 0"),
+        (["agent.fewshot=-1"], "agent.fewshot: must be >= 0"),
+        (["rollout.backend=api"], "rollout.api.model: rollout.backend=api needs the model name .*=gpt-4o"),
+        (
+            ["rollout.api.endpoint=responses"],
+            "rollout.api.endpoint: 'responses' is not one of \\['chat', 'completions'\\]",
+        ),
+        (["rollout.api.base_url=api.openai.com"], "rollout.api.base_url: must be an http"),
+        (
+            ["rollout.backend=api", "rollout.api.model=m", "rollout.constrain_actions=true"],
+            "rollout.constrain_actions: is not available with rollout.backend=api",
+        ),
+    ],
+)
+def test_prompting_agent_and_api_settings_are_checked(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_prompting_agents_and_the_api_backend_are_eval_only():
+    load_config(None, ["agent.mode=reflexion", "rollout.backend=api", "rollout.api.model=m"])  # fine for eval
+    for overrides, key in (
+        (["agent.mode=react"], "agent.mode: 'react' is a prompting baseline for `gigpo eval` only"),
+        (["rollout.backend=api", "rollout.api.model=m"], "rollout.backend: api returns text without token ids"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            load_config(None, overrides).check_trainable()
+    load_config(None, []).check_trainable()

@@ -22,24 +22,10 @@ import torch
 from fake_openai_server import FakeServer
 from gigpo.policy import SamplingParams, load_policy, token_logprobs
 from gigpo.policy.launch import find_vllm
-from gigpo.policy.load import resolve_path
 from gigpo.policy.server import ServerError, ServerGenerator, row_seed
 from small_runs import SEARCH_TINY, SMALL
 
 TESTS = Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    model, tok = load_policy("tiny")
-    return model, tok, resolve_path("tiny")
-
-
-@pytest.fixture
-def server(tiny):
-    srv = FakeServer(tiny[2]).start()
-    yield srv
-    srv.stop()
 
 
 def _prompts(tok, n=3):

@@ -2,9 +2,10 @@
 
 ``Agent.build_prompt`` renders the family template (``prompts.render_prompt``), applies the
 tokenizer's chat template with ``add_generation_prompt=True`` and tokenizes it. When the prompt is
-longer than ``max_prompt_tokens`` it drops the oldest history entries first, then cuts the current
-observation from the left (the task text stays), and as a last resort splices the token ids
-(head + tail). Every cut is counted on the returned ``Prompt``; nothing is cut silently.
+longer than ``max_prompt_tokens`` it drops the preamble parts (the prompting agents' few-shot
+examples and reflections), first part first, then the oldest history entries, then cuts the
+current observation from the left (the task text stays), and as a last resort splices the token
+ids (head + tail). Every cut is counted on the returned ``Prompt``; nothing is cut silently.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class Prompt:
 
     ids: exact prompt token ids the model sees (chat template applied).
     text: the same prompt as text (for inspection).
+    message: the user message before the chat template (what a chat API is sent); after a hard
+        truncation, the text of the spliced ids.
+    preamble_dropped: preamble parts left out to fit ``max_prompt_tokens``.
     history_dropped: history entries left out to fit ``max_prompt_tokens`` (beyond the K limit).
     observation_truncated: the current observation was cut from the left to fit.
     hard_truncated: even history-free with an empty observation it was too long; ids were spliced.
@@ -32,6 +36,8 @@ class Prompt:
 
     ids: list[int]
     text: str
+    message: str = ""
+    preamble_dropped: int = 0
     history_dropped: int = 0
     observation_truncated: bool = False
     hard_truncated: bool = False
@@ -110,6 +116,11 @@ class Agent:
         # The chat template already holds BOS/special tokens as text: no extra special tokens.
         return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def encode_message(self, message: str) -> Prompt:
+        """``message`` as a whole prompt (chat template applied), without any cut."""
+        text, ids = self._encode(message)
+        return Prompt(ids, text, message=clean_text(message))
+
     def build_prompt(
         self,
         task: str,
@@ -118,6 +129,7 @@ class Agent:
         *,
         step: int = 0,
         admissible_actions: Sequence[str] | None = None,
+        preamble: Sequence[str] = (),
     ) -> Prompt:
         """The prompt for one step.
 
@@ -126,33 +138,43 @@ class Agent:
             history: ALL past (observation, action) pairs of the trajectory, oldest first; the last
                 K are shown (fewer when the prompt would overflow).
             step: steps taken so far. admissible_actions: listed in the prompt when given.
+            preamble: text parts shown before the task (``render_prompt``), ordered least
+                important first: the first is the first dropped when the prompt would overflow.
         """
         shown = list(history[-self.history_length :]) if self.history_length else []
+        pre = list(preamble)
 
-        def render(hist, obs):
-            return self._encode(
-                render_prompt(
-                    self.spec,
-                    task,
-                    obs,
-                    history=hist,
-                    step=step,
-                    admissible_actions=admissible_actions,
-                    repeat_task=self.repeat_task,
-                    form=self.prompt_form,
-                )
+        def render(hist, obs) -> tuple[str, list[int], str]:
+            message = render_prompt(
+                self.spec,
+                task,
+                obs,
+                history=hist,
+                step=step,
+                admissible_actions=admissible_actions,
+                repeat_task=self.repeat_task,
+                preamble=pre,
+                form=self.prompt_form,
             )
+            return (*self._encode(message), message)
+
+        def prompt(rendered, **cuts) -> Prompt:
+            text, ids, message = rendered
+            return Prompt(ids, text, message=message, preamble_dropped=len(preamble) - len(pre), **cuts)
 
         limit = self.max_prompt_tokens
-        text, ids = render(shown, observation)
+        cur = render(shown, observation)
+        while len(cur[1]) > limit and pre:  # 1) drop the preamble, its first part first
+            pre = pre[1:]
+            cur = render(shown, observation)
         dropped = 0
-        while len(ids) > limit and shown:  # 1) drop the oldest history first
+        while len(cur[1]) > limit and shown:  # 2) drop the oldest history
             shown = shown[1:]
             dropped += 1
-            text, ids = render(shown, observation)
-        if len(ids) <= limit:
-            return Prompt(ids, text, history_dropped=dropped)
-        # 2) keep the longest suffix of the observation that fits (binary search on characters).
+            cur = render(shown, observation)
+        if len(cur[1]) <= limit:
+            return prompt(cur, history_dropped=dropped)
+        # 3) keep the longest suffix of the observation that fits (binary search on characters).
         lo, hi = 0, len(observation)
         best = render(shown, _ELLIPSIS)
         while lo < hi:
@@ -162,15 +184,23 @@ class Agent:
                 lo, best = mid, cand
             else:
                 hi = mid - 1
-        text, ids = best
-        if len(ids) <= limit:
-            return Prompt(ids, text, history_dropped=dropped, observation_truncated=True)
-        # 3) the task text alone is too long: keep the head (template start) and the tail
+        if len(best[1]) <= limit:
+            return prompt(best, history_dropped=dropped, observation_truncated=True)
+        text, ids, _ = best
+        # 4) the task text alone is too long: keep the head (template start) and the tail
         # (format instruction + generation prompt) of the ids.
         head = limit // 4
         ids = ids[:head] + ids[len(ids) - (limit - head) :]
         text = self.tokenizer.decode(ids)
-        return Prompt(ids, text, history_dropped=dropped, observation_truncated=True, hard_truncated=True)
+        return Prompt(
+            ids,
+            text,
+            message=text,
+            preamble_dropped=len(preamble) - len(pre),
+            history_dropped=dropped,
+            observation_truncated=True,
+            hard_truncated=True,
+        )
 
     def action_constraint(self, admissible_actions: Sequence[str] | None):
         """The ``ActionConstraint`` for one step, or None (option off or no admissible list)."""

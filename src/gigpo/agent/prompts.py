@@ -60,6 +60,7 @@ def render_prompt(
     admissible_actions: Sequence[str] | None = None,
     repeat_task: bool = False,
     form: str = "full",
+    preamble: Sequence[str] = (),
 ) -> str:
     """The user-message text of one step's prompt.
 
@@ -81,8 +82,11 @@ def render_prompt(
             observation alone, for families whose observation is the whole state
             (``FamilySpec.observation_is_state``); task, history, action list and format
             instruction are left out. An option for small models built from scratch, which
-            learn to read a bare Sokoban grid but not the same grid inside the ~300-token
+            learn to read a bare Sokoban grid faster than the same grid inside the ~300-token
             template (docs/notes/sokoban-tiny-does-not-read-the-grid.md); not the reference prompt.
+        preamble: text parts shown after the system prompt, before the task (the prompting
+            agents' few-shot examples and reflections, ``gigpo.agent.prompting``); not with
+            ``form="observation"``.
     """
     spec = get_family(family) if isinstance(family, str) else family
     if form not in PROMPT_FORMS:
@@ -93,8 +97,10 @@ def render_prompt(
                 f"the {spec.name} family's observation is not its whole state (FamilySpec.observation_is_state); "
                 "its prompt needs the task and history: use the full prompt form"
             )
+        if preamble:
+            raise ValueError("a prompt of form 'observation' holds the observation alone: it takes no preamble")
         return clean_text(observation)
-    parts = [spec.system_prompt, f"{spec.task_label}: {task}"]
+    parts = [spec.system_prompt, *preamble, f"{spec.task_label}: {task}"]
     if history:
         first = step - len(history)
         parts.append(

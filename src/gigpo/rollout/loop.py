@@ -15,10 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from gigpo.agent import Agent, Memory
+from gigpo.agent import Agent, Memory, Prompt
 from gigpo.batch import OPTIONAL_ROW_FIELDS, ROW_FIELDS, StepBatch
 from gigpo.envs.base import Task
-from gigpo.policy.base import Generator, SamplingParams
+from gigpo.policy.base import Generation, Generator, SamplingParams
 from gigpo.rollout.metrics import rollout_metrics
 
 
@@ -34,6 +34,27 @@ def _final_info(info: dict, keys: Sequence[str]) -> dict:
     return {k: info[k] for k in keys if k in info}
 
 
+def generate_texts(generator, tokenizer, prompts: Sequence[Prompt], params: SamplingParams, constraints=None):
+    """``(generations, texts)`` for ``prompts``: the exact ids from a ``Generator``, decoded
+    (``skip_special_tokens=True``, as the reference); or, from a text-only generator
+    (``text_only``, ``gigpo.policy.api``), its texts, with empty ids and log-probs."""
+    if getattr(generator, "text_only", False):
+        if constraints is not None and any(c is not None for c in constraints):
+            raise ValueError("a text-only generator cannot apply action constraints (rollout.constrain_actions)")
+        texts = list(generator.complete([getattr(p, generator.prompt_field) for p in prompts], params))
+        empty = [Generation(np.zeros(0, np.int32), np.zeros(0, np.float32), True) for _ in texts]
+        if len(texts) != len(prompts):
+            raise RuntimeError(f"generator returned {len(texts)} responses for {len(prompts)} prompts")
+        return empty, texts
+    if constraints is not None and any(c is not None for c in constraints):
+        gens = generator.generate([p.ids for p in prompts], params, constraints=constraints)
+    else:
+        gens = generator.generate([p.ids for p in prompts], params)
+    if len(gens) != len(prompts):
+        raise RuntimeError(f"generator returned {len(gens)} responses for {len(prompts)} prompts")
+    return gens, tokenizer.batch_decode([list(g.token_ids) for g in gens], skip_special_tokens=True)
+
+
 def rollout(
     envs,
     tasks: Sequence[Task],
@@ -45,6 +66,7 @@ def rollout(
     max_steps: int | None = None,
     progress: bool = False,
     record_text: bool = True,
+    preambles: Sequence[Sequence[str]] | None = None,
 ) -> StepBatch:
     """Run B tasks x n rollouts (``envs.group_size`` = n) to the end; one StepBatch row per step.
 
@@ -59,12 +81,19 @@ def rollout(
             own ``max_steps`` truncates them). Trajectories cut here are marked truncated.
         progress: print one line per step to stderr.
         record_text: keep ``response_text`` and ``observation`` (otherwise empty strings).
+        preambles: per task, prompt parts shown before the task (``Agent.build_prompt``; the
+            prompting agents' examples and reflections, ``gigpo.rollout.prompting``).
+
+    A text-only generator (``generate_texts``) gives rows without response token ids or
+    log-probs (evaluation only).
 
     Returns the StepBatch with rows sorted trajectory-major, in time order. ``meta``:
         family, group_size, num_tasks, steps (loop iterations), prompts (prompts built),
         history_dropped (history entries cut for length), observation_truncated and
         prompt_hard_truncated (prompts cut), generated_tokens, traj_tool_calls (per trajectory:
-        the env's ``tool_calls`` count, else the number of <search> actions), traj_info (only for a
+        the env's ``tool_calls`` count, else the number of <search> actions), and with ``preambles``
+        preamble_dropped (parts cut for length), traj_task_text and traj_first_observation (per
+        trajectory, its task text and reset observation), traj_info (only for a
         family with ``FamilySpec.traj_info_keys``: per trajectory, those keys of its last info),
         traj_policy_version (only for a generator with a ``policy_version``: per trajectory, the
         version that sampled each of its rows, in time order), and seconds spent in
@@ -73,6 +102,8 @@ def rollout(
     """
     if not tasks:
         raise ValueError("rollout needs at least one task")
+    if preambles is not None and len(preambles) != len(tasks):
+        raise ValueError(f"rollout got {len(preambles)} preambles for {len(tasks)} tasks")
     t0 = time.perf_counter()
     reset = envs.reset(list(tasks))
     n_slots = len(reset)
@@ -97,6 +128,8 @@ def rollout(
         "time_generate_s": 0.0,
         "time_env_s": 0.0,
     }
+    if preambles is not None:
+        meta["preamble_dropped"] = 0
     # The weights version that sampled each row, per slot, when the generator names one
     # (``ServerGenerator.policy_version``): the trainer checks it before updating on the rows.
     versions: list[list] = [[] for _ in range(n_slots)]
@@ -115,7 +148,10 @@ def rollout(
                 memory[s].entries,
                 step=len(memory[s]),
                 admissible_actions=info.get("admissible_actions"),
+                preamble=preambles[s // group] if preambles is not None else (),
             )
+            if preambles is not None:
+                meta["preamble_dropped"] += p.preamble_dropped
             meta["history_dropped"] += p.history_dropped
             meta["observation_truncated"] += int(p.observation_truncated)
             meta["prompt_hard_truncated"] += int(p.hard_truncated)
@@ -124,15 +160,9 @@ def rollout(
         step_params = params if params.seed is None else dataclasses.replace(params, seed=params.seed + t)
         tg = time.perf_counter()
         cons = [agent.action_constraint(cur[s][1].get("admissible_actions")) for s in active]
-        if any(c is not None for c in cons):
-            gens = generator.generate([p.ids for p in prompts], step_params, constraints=cons)
-        else:
-            gens = generator.generate([p.ids for p in prompts], step_params)
+        gens, texts = generate_texts(generator, tokenizer, prompts, step_params, cons)
         te = time.perf_counter()
         version = getattr(generator, "policy_version", None)
-        if len(gens) != len(prompts):
-            raise RuntimeError(f"generator returned {len(gens)} responses for {len(prompts)} prompts")
-        texts = tokenizer.batch_decode([list(g.token_ids) for g in gens], skip_special_tokens=True)
         parsed = [agent.parse(x) for x in texts]
         trans = envs.step({s: pa.action for s, pa in zip(active, parsed)})
         meta["time_env_s"] += time.perf_counter() - te
@@ -174,6 +204,9 @@ def rollout(
     meta["traj_tool_calls"] = [_tool_calls(cur[s][1], searches[s]) for s in range(n_slots)]
     if any(v is not None for vs in versions for v in vs):
         meta["traj_policy_version"] = versions
+    if preambles is not None:  # what a reflection prompt shows (gigpo.rollout.prompting)
+        meta["traj_task_text"] = [task_text[s] for s in range(n_slots)]
+        meta["traj_first_observation"] = [reset[s][0] for s in range(n_slots)]
     if agent.spec.traj_info_keys:
         meta["traj_info"] = [_final_info(cur[s][1], agent.spec.traj_info_keys) for s in range(n_slots)]
     meta.update(group_size=group, num_tasks=len(tasks), steps=t, time_total_s=time.perf_counter() - t0)

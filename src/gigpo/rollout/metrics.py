@@ -12,6 +12,7 @@ Keys (fixed names):
                             sokoban: deadlock_rate, steps_over_optimal, optimal_rate)
     prompt_history_dropped, prompt_observation_truncated, prompt_hard_truncated
                             prompt-overflow cuts per prompt built
+    prompt_preamble_dropped few-shot examples / reflections cut per prompt (prompting agents only)
     num_trajectories, num_steps
 """
 
@@ -40,7 +41,8 @@ def rollout_metrics(batch: StepBatch) -> dict:
     if hook is not None:
         m.update(hook(batch))
     prompts = max(1, int(batch.meta.get("prompts", 0)))
-    for key in ("history_dropped", "observation_truncated", "prompt_hard_truncated"):
+    keys = ("history_dropped", "observation_truncated", "prompt_hard_truncated")
+    for key in keys + (("preamble_dropped",) if "preamble_dropped" in batch.meta else ()):
         name = key if key.startswith("prompt_") else f"prompt_{key}"
         m[name] = float(batch.meta.get(key, 0)) / prompts
     return m

@@ -309,7 +309,7 @@ class AlgorithmConfig:
         return data
 
 
-BACKENDS = ("hf", "server")
+BACKENDS = ("hf", "server", "api")
 
 
 @dataclass
@@ -358,6 +358,37 @@ class ServerConfig:
 
 
 @dataclass
+class APIConfig:
+    base_url: str = F("https://api.openai.com/v1", "base URL of an OpenAI-compatible API, /v1 included")
+    model: str = F("", "model name the API serves, e.g. gpt-4o (needed with rollout.backend=api)")
+    endpoint: str = F(
+        "chat",
+        "chat (POST /chat/completions with the prompt as one user message; the server applies its "
+        "chat template) or completions (POST /completions with the prompt text rendered with "
+        "model.name_or_path's chat template)",
+    )
+    key_env: str = F(
+        "OPENAI_API_KEY", "environment variable holding the API key, sent as a Bearer token (unset: no key sent)"
+    )
+    timeout_s: float = F(120.0, "seconds one request may take")
+    concurrency: int = F(8, "requests in flight")
+    max_retries: int = F(3, "retries of a request after a connection error, a 429 or a 5xx answer (with backoff)")
+
+    def __post_init__(self):
+        from gigpo.policy.api import ENDPOINTS
+
+        _check(
+            self.base_url.startswith(("http://", "https://")),
+            "rollout.api.base_url",
+            f"must be an http(s):// URL such as https://api.openai.com/v1, got {self.base_url!r}",
+        )
+        _choice(self.endpoint, "rollout.api.endpoint", ENDPOINTS)
+        _check(self.timeout_s > 0, "rollout.api.timeout_s", f"must be > 0, got {self.timeout_s}")
+        _check(self.concurrency >= 1, "rollout.api.concurrency", f"must be >= 1, got {self.concurrency}")
+        _check(self.max_retries >= 0, "rollout.api.max_retries", f"must be >= 0, got {self.max_retries}")
+
+
+@dataclass
 class RolloutConfig:
     temperature: float = F(1.0, "sampling temperature during training rollouts")
     top_p: float = F(1.0, "nucleus sampling threshold")
@@ -391,10 +422,13 @@ class RolloutConfig:
     )
     backend: str = F(
         "hf",
-        "who samples the rollouts: hf (Hugging Face model in the trainer's process) or server "
-        "(an inference engine behind OpenAI-compatible HTTP servers, rollout.server; docs/serving.md)",
+        "who samples the rollouts: hf (Hugging Face model in the trainer's process), server "
+        "(an inference engine behind OpenAI-compatible HTTP servers, rollout.server; docs/serving.md) "
+        "or api (text-only completions from any OpenAI-compatible API, rollout.api; gigpo eval only, "
+        "docs/algorithm.md#prompting-baselines)",
     )
     server: ServerConfig = field(default_factory=ServerConfig)
+    api: APIConfig = field(default_factory=APIConfig)
 
     def __post_init__(self):
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
@@ -405,10 +439,15 @@ class RolloutConfig:
         _choice(self.backend, "rollout.backend", BACKENDS)
         _choice(self.prompt, "rollout.prompt", PROMPT_FORMS)
         _check(
-            not (self.backend == "server" and self.constrain_actions),
+            not (self.backend in ("server", "api") and self.constrain_actions),
             "rollout.constrain_actions",
-            "is not available with rollout.backend=server (the server cannot apply gigpo's "
+            f"is not available with rollout.backend={self.backend} (the server cannot apply gigpo's "
             "admissible-action mask); use rollout.backend=hf or rollout.constrain_actions=false",
+        )
+        _check(
+            self.backend != "api" or bool(self.api.model),
+            "rollout.api.model",
+            "rollout.backend=api needs the model name the API serves, e.g. rollout.api.model=gpt-4o",
         )
         # With top_p < 1 the sampler's log-probs are of the truncated distribution, the update's
         # are not: the PPO ratio would be off from the first step.
@@ -605,6 +644,37 @@ class SFTConfig:
 
 
 @dataclass
+class AgentConfig:
+    """How ``gigpo eval`` prompts the model (docs/algorithm.md#prompting-baselines); ``gigpo train``
+    trains the policy agent only."""
+
+    mode: str = F(
+        "policy",
+        "policy (the trained agent's prompt, as in training), react (ReAct, arXiv:2210.03629: "
+        "agent.fewshot solved expert episodes before the task, each step a thought then an action) or "
+        "reflexion (Reflexion, arXiv:2303.11366: react, and after a failed trial a written reflection "
+        "carried into the next, up to agent.reflexion_trials trials); react and reflexion are eval-only",
+    )
+    fewshot: int = F(2, "react/reflexion: solved example episodes per prompt (those of the task's type first)")
+    fewshot_pool: int = F(
+        12,
+        "react/reflexion: train-split tasks (env.task_seed) the env expert plays to make the examples; "
+        "its won episodes are the pool",
+    )
+    reflexion_trials: int = F(3, "reflexion: trials per task (a task stops at its first success)")
+    reflection_tokens: int = F(128, "reflexion: max tokens of one reflection")
+
+    def __post_init__(self):
+        from gigpo.agent.prompting import MODES
+
+        _choice(self.mode, "agent.mode", MODES)
+        _check(self.fewshot >= 0, "agent.fewshot", f"must be >= 0, got {self.fewshot}")
+        _check(self.fewshot_pool >= 0, "agent.fewshot_pool", f"must be >= 0, got {self.fewshot_pool}")
+        _check(self.reflexion_trials >= 1, "agent.reflexion_trials", f"must be >= 1, got {self.reflexion_trials}")
+        _check(self.reflection_tokens >= 1, "agent.reflection_tokens", f"must be >= 1, got {self.reflection_tokens}")
+
+
+@dataclass
 class GuardConfig:
     val_every: int = F(
         0,
@@ -671,6 +741,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
@@ -693,6 +764,12 @@ class Config:
             "rollout.prompt",
             f"'observation' shows no history and no task: set env.history_length=0 (got "
             f"{self.env.history_length}) and rollout.repeat_task=false",
+        )
+        _check(
+            self.agent.mode == "policy",
+            "rollout.prompt",
+            f"'observation' leaves no room for agent.mode={self.agent.mode}'s examples and reflections; "
+            "use rollout.prompt=full with prompting agents",
         )
 
     def __post_init__(self):
@@ -760,6 +837,22 @@ class Config:
                 f"does not apply to estimator {est!r} (its advantages are per token, never 0 for a whole "
                 f"group); set train.{k}=false",
             )
+
+    def check_trainable(self) -> None:
+        """``ConfigError`` unless ``gigpo train`` can run this config: prompting agents and the
+        text-only API backend are evaluation baselines (no token ids to train on)."""
+        _check(
+            self.agent.mode == "policy",
+            "agent.mode",
+            f"{self.agent.mode!r} is a prompting baseline for `gigpo eval` only; `gigpo train` trains "
+            "the policy agent: set agent.mode=policy (or run gigpo eval)",
+        )
+        _check(
+            self.rollout.backend != "api",
+            "rollout.backend",
+            "api returns text without token ids or log-probs, so it serves `gigpo eval` only; train with "
+            "rollout.backend=hf or server",
+        )
 
     def needs_critic(self) -> bool:
         """Whether this run trains a critic (the estimator takes values)."""

@@ -1,31 +1,81 @@
-"""``gigpo eval``: one rollout per held-out task for a model, wired from a config as the trainer does."""
+"""``gigpo eval``: one rollout per held-out task for a model, wired from a config as the trainer
+does; with ``agent.mode=react|reflexion`` the prompting baselines (``gigpo.rollout.prompting``),
+on any backend, ``rollout.backend=api`` (text-only, ``gigpo.policy.api``) included."""
 
 from __future__ import annotations
+
+
+def _load_tokenizer(cfg):
+    """``model.name_or_path``'s tokenizer alone (``rollout.backend=api``: it measures prompts)."""
+    from transformers import AutoTokenizer
+
+    from gigpo.policy.load import resolve_path
+
+    return AutoTokenizer.from_pretrained(
+        resolve_path(cfg.model.name_or_path, cfg.model.cache_dir or None), local_files_only=True
+    )
+
+
+def api_generator(cfg):
+    """The ``APIGenerator`` of ``rollout.api``."""
+    from gigpo.policy.api import APIGenerator
+
+    a = cfg.rollout.api
+    return APIGenerator(
+        a.base_url,
+        a.model,
+        endpoint=a.endpoint,
+        key_env=a.key_env,
+        timeout_s=a.timeout_s,
+        concurrency=a.concurrency,
+        max_retries=a.max_retries,
+    )
+
+
+def fewshot_examples(cfg, agent) -> list:
+    """The ReAct examples of ``cfg``: the expert's won episodes on the first ``agent.fewshot_pool``
+    train-split tasks (``env.task_seed``); none when ``agent.fewshot`` is 0."""
+    from gigpo.envs import make_tasks
+    from gigpo.rollout.prompting import collect_fewshot
+
+    a, e = cfg.agent, cfg.env
+    if a.fewshot == 0 or a.fewshot_pool == 0:
+        return []
+    pool = make_tasks(e.family, "train", n=a.fewshot_pool, seed=e.task_seed, **e.task_kwargs)
+    return collect_fewshot(e.family, pool, agent, max_steps=e.max_steps, env_kwargs=e.kwargs, seed=cfg.seed)
 
 
 def evaluate_model(cfg, make_generator=None) -> dict:
     """Rollout metrics of ``cfg.model`` on ``cfg.env.eval_tasks`` eval-split tasks at the eval temperature.
 
     ``make_generator``: ``(model, tokenizer) -> Generator`` (default ``HFGenerator``, or with
-    ``rollout.backend=server`` a ``ServerGenerator``), as ``Trainer``'s.
+    ``rollout.backend=server`` a ``ServerGenerator``), as ``Trainer``'s. With
+    ``rollout.backend=api`` no model is loaded: only its tokenizer, which measures the prompts.
+    ``agent.mode=react|reflexion``: ``prompting_eval``'s metrics (docs/metrics.md).
     """
     from gigpo.envs import make_tasks
     from gigpo.policy.base import SamplingParams
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
-    from gigpo.rollout import eval_rollout
+    from gigpo.rollout import eval_rollout, prompting_eval
     from gigpo.train.config import build_agent, grouped_envs
-    from gigpo.train.rundir import check_device, check_model_path
+    from gigpo.train.rundir import check_model_path
 
     check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
-    check_device(cfg.model.device)
-    model, tok = load_policy(
-        cfg.model.name_or_path,
-        device=cfg.model.device,
-        dtype=cfg.model.dtype,
-        cache_dir=cfg.model.cache_dir or None,
-        seed=cfg.seed,
-    )
+    api = cfg.rollout.backend == "api" and make_generator is None
+    if api:
+        model, tok = None, _load_tokenizer(cfg)
+    else:
+        from gigpo.train.rundir import check_device
+
+        check_device(cfg.model.device)
+        model, tok = load_policy(
+            cfg.model.name_or_path,
+            device=cfg.model.device,
+            dtype=cfg.model.dtype,
+            cache_dir=cfg.model.cache_dir or None,
+            seed=cfg.seed,
+        )
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
     agent = build_agent(cfg, tok)
@@ -35,8 +85,12 @@ def evaluate_model(cfg, make_generator=None) -> dict:
         max_new_tokens=cfg.rollout.max_response_tokens,
         seed=cfg.seed,
     )
+    mode = cfg.agent.mode
+    examples = fewshot_examples(cfg, agent) if mode != "policy" else []
     server = None
-    if make_generator is None and cfg.rollout.backend == "server":
+    if api:
+        gen = api_generator(cfg)
+    elif make_generator is None and cfg.rollout.backend == "server":
         import tempfile
         from pathlib import Path
 
@@ -51,8 +105,25 @@ def evaluate_model(cfg, make_generator=None) -> dict:
         gen = (make_generator or HFGenerator)(model, tok)
     try:
         with grouped_envs(e, 1) as envs:
-            _, m = eval_rollout(envs, tasks, gen, tok, agent, params)
+            if mode == "policy" and not api:
+                _, m = eval_rollout(envs, tasks, gen, tok, agent, params)
+            else:
+                m = prompting_eval(
+                    envs,
+                    tasks,
+                    gen,
+                    tok,
+                    agent,
+                    params,
+                    mode=mode,
+                    examples=examples,
+                    fewshot=cfg.agent.fewshot,
+                    trials=cfg.agent.reflexion_trials if mode == "reflexion" else 1,
+                    reflection_tokens=cfg.agent.reflection_tokens,
+                ).metrics
     finally:
+        if api:
+            gen.close()
         if server is not None:
             server.close()
             import shutil

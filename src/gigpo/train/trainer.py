@@ -182,6 +182,7 @@ class Trainer:
 
         self.cfg = cfg
         self.run_dir = cfg.run_dir
+        cfg.check_trainable()  # prompting agents and the api backend are eval-only
         torch.set_num_threads(cfg.train.torch_threads)
         preflight(cfg)  # a bad model path, device or env option fails before the run dir changes
         self.dist = Dist.from_env(cfg.train.distributed, cfg.model.device, cfg.train.dist_timeout_min)
