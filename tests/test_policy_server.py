@@ -326,7 +326,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
             "train.iterations=2",
             "rollout.backend=server",
             f"rollout.server.vllm_bin={_fake_vllm(tmp_path)}",
-            "rollout.server.start_timeout_s=120",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
             f"output_dir={tmp_path}",
             "name=run",
         ],
@@ -387,7 +387,7 @@ def _backend(tmp_path, *overrides):
             *SMALL,
             "rollout.backend=server",
             f"rollout.server.vllm_bin={_fake_vllm(tmp_path)}",
-            "rollout.server.start_timeout_s=120",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
             "rollout.server.max_retries=1",
             *overrides,
         ],
@@ -490,7 +490,7 @@ def test_training_goes_on_after_its_server_is_killed_mid_rollout(tmp_path):
             "guard.val_every=0",
             "rollout.backend=server",
             f"rollout.server.vllm_bin={_fake_vllm(tmp_path, '--die-after-reload', '3', '--die-marker', str(marker))}",
-            "rollout.server.start_timeout_s=120",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
             "rollout.server.max_retries=1",
             f"output_dir={tmp_path}",
             "name=run",
