@@ -13,16 +13,23 @@ OpenAI base URL has it. ``State.auth`` holds the last request's ``Authorization`
 
 Switches on ``FakeServer.state`` make it misbehave as real servers do: ``fail_next`` (answer 500
 to that many completions), ``dead`` (500 on completions, 503 on /health: a crashed engine),
-``token_ids`` (False: no ``return_token_ids`` field), ``id_tokens`` (False: no
-``token_id:N`` tokens either), ``raw_logprobs`` (log-probs of the untempered distribution).
+``dead_after`` (``dead`` from that completion on, counted since the start), ``token_ids``
+(False: no ``return_token_ids`` field), ``id_tokens`` (False: no ``token_id:N`` tokens either),
+``raw_logprobs`` (log-probs of the untempered distribution).
 
 As a program (``python fake_openai_server.py serve MODEL --port N ...``) it stands in for the
-``vllm serve`` command that gigpo launches.
+``vllm serve`` command that gigpo launches (other vLLM flags are ignored). There,
+``--die-after-reload N`` makes the process SIGKILL itself when the N-th completion request after
+its first ``reload_weights`` arrives (with gigpo's weight sync, the first is the sync's probe: N >= 2
+dies mid-rollout), once: ``--die-marker PATH`` is created then, and a process started while it
+exists (the restarted server) does not die.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +48,10 @@ class State:
         self.id_tokens = True
         self.raw_logprobs = False
         self.completions = 0
+        self.dead_after: int | None = None
+        self.die_after_reload: int | None = None  # as a program only: it kills its own process
+        self.die_marker: str | None = None
+        self.since_reload: int | None = None  # completions since the first reload_weights
         self.reloads: list[str] = []
         self.auth: str | None = None
         self.key: str | None = None  # when set, /v1 requests without "Bearer <key>" get 401
@@ -139,8 +150,17 @@ def make_handler(state: State):
             elif self.path == "/v1/completions":
                 with state.lock:
                     state.completions += 1
+                    if state.dead_after is not None and state.completions >= state.dead_after:
+                        state.dead = True
+                    if state.since_reload is not None:
+                        state.since_reload += 1
+                    die = state.die_after_reload is not None and state.since_reload == state.die_after_reload
                     fail = state.dead or state.fail_next > 0
                     state.fail_next = max(state.fail_next - 1, 0)
+                if die and not (state.die_marker and os.path.exists(state.die_marker)):
+                    if state.die_marker:
+                        open(state.die_marker, "w").close()
+                    os.kill(os.getpid(), signal.SIGKILL)  # mid-request, as an OOM kill or a crash would
                 if fail:
                     self._send(500, {"error": "EngineCore encountered an issue"})
                 else:
@@ -153,6 +173,8 @@ def make_handler(state: State):
                 with state.lock:
                     state.load(path)
                     state.reloads.append(path)
+                    if state.since_reload is None:
+                        state.since_reload = 0
                 self._send(200, {"results": [None]})
             elif self.path == "/reset_prefix_cache":
                 self._send(200, {"success": True})
@@ -181,16 +203,22 @@ class FakeServer:
 
 
 def main(argv: list[str]) -> None:
-    """``serve MODEL --port N [--served-model-name NAME] [ignored vllm flags]``: serve until killed."""
+    """``serve MODEL --port N [--served-model-name NAME] [--die-after-reload N --die-marker PATH]
+    [ignored vllm flags]``: serve until killed."""
     sys.path.insert(0, str(SRC))
     args = argv[1:] if argv and argv[0] == "serve" else argv
-    model, port, name = args[0], 0, "policy"
+    model, port, name, die_after, marker = args[0], 0, "policy", None, None
     for i, a in enumerate(args):
         if a == "--port":
             port = int(args[i + 1])
         if a == "--served-model-name":
             name = args[i + 1]
+        if a == "--die-after-reload":
+            die_after = int(args[i + 1])
+        if a == "--die-marker":
+            marker = args[i + 1]
     srv = FakeServer(model, port=port, name=name)
+    srv.state.die_after_reload, srv.state.die_marker = die_after, marker
     print(f"fake server on {srv.url}", flush=True)
     srv.httpd.serve_forever()
 

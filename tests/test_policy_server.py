@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -146,6 +148,82 @@ def test_a_server_that_dies_mid_run_is_a_clear_error(tiny, server):
         gen.close()
 
 
+def test_a_revival_redoes_the_interrupted_call_whole_with_the_same_seeds_once(tiny, server):
+    """``revive`` (what ServerBackend sets for a server it started): the call that met the dead
+    server is redone whole after one revival, sampling what an uninterrupted call samples; two
+    callers meeting the same death wait for that one revival."""
+    model, tok, _ = tiny
+    prompts = _prompts(tok, 6)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
+    gen = ServerGenerator(tok, [server.url], policy=model, concurrency=2, max_retries=1, backoff_s=0.01)
+    calls = []
+
+    def revive(url, error):
+        calls.append((url, error))
+        time.sleep(0.3)  # a restart takes a while; other callers must wait for it, not start another
+        server.state.dead, server.state.dead_after = False, None
+        return True
+
+    try:
+        ref = gen.generate(prompts, params)
+        gen.revive = revive
+        server.state.dead_after = server.state.completions + 3  # two rows answered, then the engine dies
+        out = gen.generate(prompts, params)
+        assert len(calls) == 1 and calls[0][0] == server.url
+        assert "health: GET /health answered 503" in calls[0][1]
+        for a, b in zip(ref, out):  # the rows answered before the death were sampled again, the same
+            assert np.array_equal(a.token_ids, b.token_ids) and np.allclose(a.logprobs, b.logprobs)
+
+        calls.clear()
+        server.state.dead = True
+        results, errors = [None, None], []
+
+        def call(i):
+            try:
+                results[i] = gen.generate(prompts, params)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors and len(calls) == 1
+        for res in results:
+            assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(ref, res))
+    finally:
+        gen.close()
+
+
+def test_a_server_that_dies_during_weight_sync_is_revived_and_loaded(tiny, server, tmp_path):
+    model, tok, path = tiny
+    gen = ServerGenerator(tok, [server.url], policy=model, sync_dir=tmp_path / "w", max_retries=1, backoff_s=0.01)
+    calls = []
+
+    def revive(url, error):
+        calls.append(url)
+        server.state.dead = False
+        return True
+
+    try:
+        gen.revive = revive
+        new, _ = load_policy(path)
+        with torch.no_grad():
+            for p in new.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        server.state.dead = True  # the reload succeeds, the check's completion after it fails
+        gen.sync_weights(new, 1)
+        target = str(tmp_path / "w" / "v000001")
+        assert calls == [server.url] and gen.policy_version == 1 and server.state.reloads == [target, target]
+        gen.revive = lambda url, error: False  # declined: the error stands
+        server.state.dead = True
+        with pytest.raises(ServerError, match=f"{server.url} failed /v1/completions"):
+            gen.generate(_prompts(tok, 2), SamplingParams(max_new_tokens=4, seed=0))
+    finally:
+        gen.close()
+
+
 def test_weight_sync_reloads_and_checks(tiny, server, tmp_path):
     model, tok, path = tiny
     gen = ServerGenerator(tok, [server.url], policy=model, sync_dir=tmp_path / "w")
@@ -189,19 +267,21 @@ def test_config_validation():
         "rollout.constrain_actions": ["rollout.backend=server", "rollout.constrain_actions=true"],
         "model.lora": ["rollout.backend=server", "model.lora=true"],
         "rollout.server.concurrency": ["rollout.server.concurrency=0"],
+        "rollout.server.max_restarts": ["rollout.server.max_restarts=-1"],
     }
     for key, ov in bad.items():
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             load_config(None, ov)
 
 
-def _fake_vllm(tmp_path) -> str:
-    """An executable standing in for ``vllm`` (``vllm serve MODEL --port N ...``)."""
+def _fake_vllm(tmp_path, *extra: str) -> str:
+    """An executable standing in for ``vllm`` (``vllm serve MODEL --port N ...``); ``extra``:
+    more arguments for ``fake_openai_server.main`` (``--die-after-reload N``)."""
     exe = tmp_path / "bin" / "vllm"
     exe.parent.mkdir()
     exe.write_text(
         f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-        "import fake_openai_server\nfake_openai_server.main(sys.argv[1:])\n"
+        f"import fake_openai_server\nfake_openai_server.main(sys.argv[1:] + {list(extra)!r})\n"
     )
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     return str(exe)
@@ -232,7 +312,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
             "train.iterations=2",
             "rollout.backend=server",
             f"rollout.server.vllm_bin={_fake_vllm(tmp_path)}",
-            "rollout.server.start_timeout_s=120",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
             f"output_dir={tmp_path}",
             "name=run",
         ],
@@ -265,6 +345,168 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
         tr.close()
     assert not launched.alive()
     assert not (tmp_path / "run" / "serving" / "weights").exists()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _kill_and_wait(srv) -> int:
+    pid = srv.proc.pid
+    os.kill(pid, signal.SIGKILL)
+    srv.proc.wait(30)
+    return pid
+
+
+def _backend(tmp_path, *overrides):
+    """A ServerBackend that starts the stand-in vllm on a fresh ``tiny`` (the trainer's model, updated in place)."""
+    from gigpo.train.config import load_config
+    from gigpo.train.serving import ServerBackend
+
+    cfg = load_config(
+        SEARCH_TINY,
+        [
+            *SMALL,
+            "rollout.backend=server",
+            f"rollout.server.vllm_bin={_fake_vllm(tmp_path)}",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
+            "rollout.server.max_retries=1",
+            *overrides,
+        ],
+    )
+    model, tok = load_policy("tiny")
+    return ServerBackend(cfg, model, tok, tmp_path / "serving"), model, tok
+
+
+@pytest.mark.slow
+def test_a_started_server_that_dies_is_restarted_on_the_current_weights(tmp_path, capsys):
+    """The server gigpo started is SIGKILLed between weight sync and rollout: the call restarts it
+    on the synced weights (log kept, one printed line), re-probes it (log-probs against the
+    trainer's model) and samples what that version samples; past max_restarts, a clear error."""
+    backend, model, tok = _backend(tmp_path, "rollout.server.max_restarts=1")
+    gen, launched = backend.generator, backend.launched
+    ref_srv = None
+    try:
+        with torch.no_grad():  # an update of the trainer's model, then the sync to version 1
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        gen.sync_weights(model, 1)
+        v1 = tmp_path / "serving" / "weights" / "v000001"
+        prompts, params = _prompts(tok, 4), SamplingParams(temperature=1.0, max_new_tokens=8, seed=7)
+        ref_srv = FakeServer(str(v1)).start()  # what a server holding version 1 samples
+        ref_gen = ServerGenerator(tok, [ref_srv.url], policy=model)
+        ref = ref_gen.generate(prompts, params)
+        ref_gen.close()
+
+        first = _kill_and_wait(launched)
+        out = gen.generate(prompts, params)
+        assert backend.restarts == 1 and gen.policy_version == 1 and launched.model_dir == v1
+        assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(ref, out))
+        printed = capsys.readouterr().out
+        assert f"vLLM server {launched.url} died (its process exited with code -9" in printed
+        assert f"its log: {tmp_path / 'serving' / 'vllm.log'}" in printed and "vllm.restart1.log" in printed
+        for log in ("vllm.log", "vllm.restart1.log"):  # the dead server's log is kept
+            assert "fake server on" in (tmp_path / "serving" / log).read_text()
+        assert _gone(first) and launched.alive()
+
+        second = _kill_and_wait(launched)
+        with pytest.raises(ServerError, match=r"(?s)failed /v1/completions.*max_restarts=1"):
+            gen.generate(prompts, params)
+        assert backend.restarts == 1 and _gone(second)
+    finally:
+        if ref_srv is not None:
+            ref_srv.stop()
+        backend.close()
+    assert not launched.alive()
+
+
+@pytest.mark.slow
+def test_max_restarts_0_keeps_the_clear_error(tmp_path):
+    backend, _, tok = _backend(tmp_path, "rollout.server.max_restarts=0")
+    launched = backend.launched
+    try:
+        _kill_and_wait(launched)
+        url = launched.url
+        with pytest.raises(
+            ServerError,
+            match=rf"(?s){url} failed /v1/completions.*health: GET /health failed.*vllm\.log.*--resume",
+        ):
+            backend.generator.generate(_prompts(tok, 2), SamplingParams(max_new_tokens=4, seed=0))
+        assert backend.restarts == 0 and not launched.alive()
+    finally:
+        backend.close()
+
+
+def test_servers_given_by_url_are_not_restarted(tiny, server, tmp_path):
+    from gigpo.train.config import load_config
+    from gigpo.train.serving import ServerBackend
+
+    cfg = load_config(
+        SEARCH_TINY,
+        [*SMALL, "rollout.backend=server", f"rollout.server.urls=[{server.url}]", "rollout.server.max_retries=1"],
+    )
+    backend = ServerBackend(cfg, tiny[0], tiny[1], tmp_path / "serving", sync=False)
+    try:
+        assert backend.generator.revive is None
+        server.state.dead = True
+        with pytest.raises(ServerError, match=rf"{server.url} failed .*health: GET /health answered 503.*--resume"):
+            backend.generator.generate(_prompts(tiny[1], 2), SamplingParams(max_new_tokens=4, seed=0))
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_training_goes_on_after_its_server_is_killed_mid_rollout(tmp_path):
+    """Two iterations where the started server SIGKILLs itself mid-rollout in iteration 2 (at the
+    third completion after the first weight reload; the first is the sync's probe): one restart
+    on version 1's weights, the run finishes, every row of iteration 2 carries version 1."""
+    from gigpo.train.config import load_config
+    from gigpo.train.trainer import Trainer
+
+    marker = tmp_path / "died"
+    cfg = load_config(
+        SEARCH_TINY,
+        [
+            *SMALL,
+            "train.iterations=2",
+            "guard.val_every=0",
+            "rollout.backend=server",
+            f"rollout.server.vllm_bin={_fake_vllm(tmp_path, '--die-after-reload', '3', '--die-marker', str(marker))}",
+            "rollout.server.start_timeout_s=600",  # the stand-in takes minutes to start on a loaded machine
+            "rollout.server.max_retries=1",
+            f"output_dir={tmp_path}",
+            "name=run",
+        ],
+    )
+    tr = Trainer(cfg)
+    try:
+        launched = tr.server.launched
+        first = launched.proc.pid
+        batch_versions = []
+        real_update = tr._update
+
+        def spy(batch, *a, **k):
+            batch_versions.append({v for vs in batch.meta["traj_policy_version"] for v in vs})
+            return real_update(batch, *a, **k)
+
+        tr._update = spy
+        tr.run()
+        second = launched.proc.pid
+        assert marker.exists() and second != first and _gone(first)
+        assert launched.model_dir.name == "v000001"
+    finally:
+        tr.close()
+    assert batch_versions == [{0}, {1}]
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if x.get("tag") == "train"]
+    assert [x["rollout/server_restarts"] for x in train] == [0, 1]
+    assert (tmp_path / "run" / "serving" / "vllm.log").is_file()
+    assert (tmp_path / "run" / "serving" / "vllm.restart1.log").is_file()
+    assert not launched.alive() and _gone(second)
 
 
 # ----------------------------------------------------------------------------- (b) real vLLM

@@ -101,11 +101,8 @@ class VLLMServer:
         self.model_dir = Path(model_dir)
         self.host = host
         self.port = int(port) or free_port(host)
-        prefix = find_vllm(vllm_bin)
-        self.cmd = [
-            *prefix,
-            *(["--model"] if prefix[-1].endswith("api_server") else []),  # `vllm serve` takes it positionally
-            str(self.model_dir),
+        self.prefix = find_vllm(vllm_bin)
+        self.args = [
             "--host",
             host,
             "--port",
@@ -135,6 +132,12 @@ class VLLMServer:
         self.start_timeout_s = float(start_timeout_s)
         self.proc: subprocess.Popen | None = None
         self.start_seconds: float | None = None
+
+    @property
+    def cmd(self) -> list[str]:
+        """The command line; it names ``model_dir`` as it is now (a restart may change it)."""
+        model = ["--model"] if self.prefix[-1].endswith("api_server") else []  # `vllm serve` takes it positionally
+        return [*self.prefix, *model, str(self.model_dir), *self.args]
 
     @property
     def url(self) -> str:
@@ -191,7 +194,15 @@ class VLLMServer:
     def stop(self, timeout: float = 30.0) -> None:
         """Terminate the server's process group (vLLM forks engine workers), then kill it."""
         p, self.proc = self.proc, None
-        if p is None or p.poll() is not None:
+        if p is None:
+            return
+        if p.poll() is not None:
+            # The server process is gone (killed, crashed); engine workers it forked into its
+            # process group may live on, holding memory and the port a restart needs.
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
             return
         for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:

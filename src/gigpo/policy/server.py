@@ -20,6 +20,13 @@ Weight sync (``sync_weights``): the policy is written to a new directory under `
 computed with the old weights); a probe then checks the server's log-probs against the model.
 ``policy_version`` names the weights the servers hold; the rollout records it per row.
 
+A server that stays down once a request's retries are used up raises ``ServerDown``. When
+``revive`` is set (``gigpo.train.serving.ServerBackend`` sets it for the vLLM server it started),
+``generate`` and ``sync_weights`` hand the failure to it: it brings the server back holding the
+weights of ``policy_version`` (or says no), the server is probed again, and the interrupted call
+is redone whole with the same per-row seeds (the rows it had already received are dropped).
+Threads that see the same death wait for one revival and retry.
+
 Docs: docs/serving.md.
 """
 
@@ -32,7 +39,7 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -49,6 +56,14 @@ RETRY_STATUS = (429, 500, 502, 503, 504)
 
 class ServerError(RuntimeError):
     """An inference server is unreachable, dead, or does not honour the exact-token contract."""
+
+
+class ServerDown(ServerError):
+    """Server ``url`` failed a request after its retries (connection errors, 5xx answers)."""
+
+    def __init__(self, url: str, message: str) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 def row_seed(seed: int | None, row: int) -> int | None:
@@ -119,6 +134,11 @@ class ServerGenerator:
         self.policy_version: int | None = None  # the weights version the servers hold (sync_weights)
         self.server_log = ""  # where a server's log is, for messages (a server gigpo started)
         self.ids_field = "token_ids"  # or "tokens" (return_tokens_as_token_ids), set by the probe
+        # ``revive(url, error) -> bool``: bring a server that is down back with the weights of
+        # ``policy_version`` (True), or decline (False: the error stands). Module docstring.
+        self.revive: Callable[[str, str], bool] | None = None
+        self._revive_lock = threading.Lock()
+        self._revivals = 0  # revivals so far; a call that began before one retries without another
         self._inflight = dict.fromkeys(self.urls, 0)
         self._lock = threading.Lock()
         self._rr = itertools.count()
@@ -156,21 +176,26 @@ class ServerGenerator:
             return f"GET /health failed: {type(e).__name__}: {e}"
         return "ok" if r.status_code == 200 else f"GET /health answered {r.status_code}"
 
-    def _down(self, url: str, what: str) -> ServerError:
+    def _down(self, url: str, what: str) -> ServerDown:
         log = f" ({self.server_log})" if self.server_log else ""
-        return ServerError(
+        return ServerDown(
+            url,
             f"inference server {url} {what} (health: {self.health(url)}); check that it still runs "
-            f"(its log{log} says why it stopped), restart it and resume the run with --resume"
+            f"(its log{log} says why it stopped), restart it and resume the run with --resume",
         )
 
-    def _post(self, path: str, body: dict, url: str | None = None) -> dict:
+    def _post(self, path: str, body: dict, url: str | None = None, abort: threading.Event | None = None) -> dict:
         """POST ``body`` to ``path`` on ``url`` (default: the least loaded server), retrying
         connection errors and 5xx answers ``max_retries`` times with backoff, on another
-        server when there is one. Raises ``ServerError`` naming the server."""
+        server when there is one. Raises ``ServerError`` naming the server (``ServerDown`` when
+        the retries are used up). ``abort`` set: no further attempt (another request of the same
+        call failed)."""
         import httpx
 
         last, tried = "", url
         for attempt in range(self.max_retries + 1):
+            if attempt and abort is not None and abort.is_set():
+                raise ServerDown(tried or "?", f"{path} abandoned: another request of the same call failed ({last})")
             u = url or self._pick(avoid=tried if attempt else None)
             try:
                 r = self._client.post(f"{u}{path}", json=body)
@@ -189,7 +214,11 @@ class ServerGenerator:
                 if url is None:
                     self._release(u)
             if attempt < self.max_retries:
-                time.sleep(self.backoff_s * 2**attempt)
+                delay = self.backoff_s * 2**attempt
+                if abort is not None:
+                    abort.wait(delay)
+                else:
+                    time.sleep(delay)
         raise self._down(tried or "?", f"failed {path} {self.max_retries + 1} time(s) (last: {last})")
 
     # ------------------------------------------------------------------ Generator
@@ -263,18 +292,50 @@ class ServerGenerator:
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        # The bodies carry the per-row seeds, so a call redone after a revival samples as the
+        # interrupted one would have (on a deterministic engine, the same tokens).
         bodies = [self._body(p, params, row_seed(params.seed, i), params.max_new_tokens) for i, p in enumerate(prompts)]
-        futs = [self._pool.submit(self._completion, b) for b in bodies]
-        done, _ = wait(futs, return_when=FIRST_EXCEPTION)
+        while True:
+            seen = self._revivals
+            try:
+                return self._complete_all(bodies)
+            except ServerDown as e:
+                if not self._revive(e, seen, compare=True):
+                    raise
+
+    def _complete_all(self, bodies: list[dict]) -> list[Generation]:
+        """All of ``bodies``, or the first request's error; then the others stop retrying."""
+        abort = threading.Event()
+        futs = [self._pool.submit(self._completion, b, abort) for b in bodies]
+        wait(futs, return_when=FIRST_EXCEPTION)
         for f in futs:
             if f.done() and f.exception() is not None:
+                abort.set()
                 for g in futs:
                     g.cancel()
                 raise f.exception()  # type: ignore[misc]
         return [f.result() for f in futs]
 
-    def _completion(self, body: dict) -> Generation:
-        return self._parse(self._post("/v1/completions", body))
+    def _completion(self, body: dict, abort: threading.Event | None = None) -> Generation:
+        return self._parse(self._post("/v1/completions", body, abort=abort))
+
+    def _revive(self, err: ServerDown, seen: int, compare: bool) -> bool:
+        """Hand ``err`` to ``revive`` and probe the revived server; True: redo the call.
+
+        ``seen``: ``_revivals`` when the failed call began. When it has grown since, another
+        thread already revived the servers after the same death, and the call is simply redone.
+        ``compare``: check the revived server's log-probs against ``policy`` (which holds the
+        weights of ``policy_version`` between syncs, not during one).
+        """
+        if self.revive is None:
+            return False
+        with self._revive_lock:
+            if self._revivals == seen:
+                if not self.revive(err.url, str(err)):
+                    return False
+                self._revivals += 1
+                self.probe(compare=compare)
+        return True
 
     # ------------------------------------------------------------------ probe
     def probe(self, compare: bool = True) -> dict:
@@ -388,6 +449,23 @@ class ServerGenerator:
         save_for_serving(model, self.tokenizer, tmp)
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)
+        while True:
+            seen = self._revivals
+            try:
+                self._load(model, target)
+                break
+            except ServerDown as e:
+                # Revived on the weights of ``policy_version`` (still on disk); then load again.
+                if not self._revive(e, seen, compare=False):
+                    raise
+        self.policy_version = int(version)
+        for old in self.sync_dir.glob("v*"):  # the servers hold the new weights; older copies go
+            if old != target and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+        return time.perf_counter() - t0
+
+    def _load(self, model, target: Path) -> None:
+        """Every server reloads its weights from ``target`` and is checked against ``model``."""
         for u in self.urls:
             self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}, url=u)
             self._post("/reset_prefix_cache", {}, url=u)
@@ -397,11 +475,6 @@ class ServerGenerator:
                 self.check_logprobs(u)
         finally:
             self.policy = policy
-        self.policy_version = int(version)
-        for old in self.sync_dir.glob("v*"):  # the servers hold the new weights; older copies go
-            if old != target and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-        return time.perf_counter() - t0
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -335,7 +335,16 @@ class ServerConfig:
         "setup-vllm`, then vllm on PATH)",
     )
     port: int = F(0, "port of a server gigpo starts (0 = a free one; `gigpo serve`: 8000)")
-    start_timeout_s: float = F(900.0, "seconds a server gigpo starts may take to answer /health")
+    start_timeout_s: float = F(
+        900.0, "seconds a server gigpo starts (or restarts, rollout.server.max_restarts) may take to answer /health"
+    )
+    max_restarts: int = F(
+        2,
+        "restarts of a server gigpo started (no urls) in one gigpo process, after it died mid-run "
+        "(process exited, or /health failing once a request's retries are used up): it restarts on "
+        "the weights it held and the interrupted generate call is retried whole, with the same "
+        "seeds; 0 = stop with an error instead. Servers given by urls are never restarted",
+    )
     extra_args: list = F([], "more vllm command-line arguments for a server gigpo starts, e.g. [--enforce-eager]")
 
     def __post_init__(self):
@@ -350,6 +359,7 @@ class ServerConfig:
         _check(self.logprob_tolerance > 0, "rollout.server.logprob_tolerance", "must be > 0")
         _check(0 <= self.port < 65536, "rollout.server.port", f"must be in [0, 65535], got {self.port}")
         _check(self.start_timeout_s > 0, "rollout.server.start_timeout_s", "must be > 0")
+        _check(self.max_restarts >= 0, "rollout.server.max_restarts", f"must be >= 0, got {self.max_restarts}")
         _check(
             all(isinstance(a, str) for a in self.extra_args),
             "rollout.server.extra_args",

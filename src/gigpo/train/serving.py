@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from gigpo.policy.launch import LaunchError
-from gigpo.policy.server import ServerError
+from gigpo.policy.server import ServerDown, ServerError
 
 __all__ = ["LaunchError", "ServerBackend", "ServerError", "serve", "vllm_server"]
 
@@ -44,7 +44,9 @@ class ServerBackend:
     ``sync_weights``, which also checks their log-probs against ``model``; without, ``model``'s
     log-probs are compared at once (the servers must already hold its weights).
     Without URLs: ``model`` is written to ``work_dir/start`` and a vLLM server started on it (log:
-    ``work_dir/vllm.log``); it already holds the weights, recorded as ``version``.
+    ``work_dir/vllm.log``); it already holds the weights, recorded as ``version``. When that server
+    dies mid-run, ``restart`` (the generator's ``revive``) starts it again, up to
+    ``rollout.server.max_restarts`` times; ``restarts`` counts them.
     """
 
     def __init__(self, cfg, model, tokenizer, work_dir: Path, *, version: int = 0, sync: bool = True) -> None:
@@ -53,6 +55,8 @@ class ServerBackend:
         s = cfg.rollout.server
         self.work_dir = Path(work_dir)
         self.launched = None
+        self.restarts = 0
+        self.max_restarts = int(s.max_restarts)
         urls = list(s.urls)
         if not urls:
             start = save_for_serving(model, tokenizer, self.work_dir / "start")
@@ -79,9 +83,53 @@ class ServerBackend:
             self.probe = self.generator.probe(compare=not (sync and s.urls))
             if self.launched is not None:
                 self.generator.policy_version = version
+                self.generator.revive = self.restart
         except BaseException:
             self.close()
             raise
+
+    def restart(self, url: str, error: str) -> bool:
+        """Start the server gigpo launched again after it died; False when it is not ours or
+        still answers /health (a restart would not help), so that ``error`` stands.
+
+        The new server loads the weights of the generator's ``policy_version`` (the directory its
+        last weight sync wrote, which stays until the next sync, or ``start``), on the same host
+        and port, logging to ``vllm.restart<N>.log``: the dead server's log is kept. Called by
+        ``ServerGenerator`` under its revival lock, which probes the server afterwards.
+        """
+        srv = self.launched
+        if srv is None or url != srv.url:
+            return False
+        code = srv.proc.poll() if srv.proc is not None else None
+        health = self.generator.health(url)
+        if code is None and health == "ok":
+            return False
+        if self.restarts >= self.max_restarts:
+            if not self.max_restarts:
+                return False  # restarts off: the error, which names the log, stands as it is
+            raise ServerDown(
+                url,
+                f"{error}\n(gigpo already restarted this server {self.restarts} time(s) in this run, "
+                f"rollout.server.max_restarts={self.max_restarts}; its logs are in {self.work_dir})",
+            )
+        self.restarts += 1
+        why = f"its process exited with code {code}" if code is not None else f"it runs but {health}"
+        version = self.generator.policy_version
+        weights = Path(self.generator.sync_dir or self.work_dir / "weights") / f"v{int(version or 0):06d}"
+        old_log = srv.log_path
+        srv.stop()  # a live but unanswering server, and the engine workers of a dead one
+        srv.model_dir = weights if weights.is_dir() else self.work_dir / "start"
+        srv.log_path = self.work_dir / f"vllm.restart{self.restarts}.log"
+        print(
+            f"vLLM server {url} died ({why}; its log: {old_log}); restarting it "
+            f"({self.restarts} of rollout.server.max_restarts={self.max_restarts}) on the weights of "
+            f"policy version {version} (log: {srv.log_path}) ...",
+            flush=True,
+        )
+        srv.start()  # up to rollout.server.start_timeout_s; LaunchError with the new log's tail
+        self.generator.server_log = str(srv.log_path)
+        print(f"vLLM answered again after {srv.start_seconds:.0f} s", flush=True)
+        return True
 
     def close(self) -> None:
         gen = getattr(self, "generator", None)

@@ -659,6 +659,8 @@ class Trainer:
         m.update(counters)
         m["train/rows_updated"] = n_rows
         m["guard/rollbacks"] = self.watchdog.rollbacks
+        if self.server is not None:
+            m["rollout/server_restarts"] = self.server.restarts
         m["guard/lr_scale"] = self.updater.lr_scale
         m.update(
             {
