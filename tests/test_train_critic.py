@@ -91,8 +91,25 @@ def test_critic_loss_decreases_on_a_fixed_batch():
     assert state and all(int(s["step"]) == 5 for s in state.values())
 
 
+def test_ppo_is_the_name_and_verls_gae_an_alias_that_old_runs_resume_under(tmp_path):
+    from gigpo.train.config import save_config
+    from gigpo.train.rundir import resume_changes
+
+    ppo, old = load_config(None, ["algorithm.estimator=ppo"]), load_config(None, ["algorithm.estimator=gae"])
+    assert ppo.algorithm.estimator == old.algorithm.estimator == "ppo" and old.needs_critic()
+    # A run started as gae (its config.yaml says so) resumes as ppo: no run-defining change.
+    save_config(old, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(text.replace("estimator: ppo", "estimator: gae"))
+    assert "estimator: gae" in (tmp_path / "config.yaml").read_text()
+    assert resume_changes(tmp_path, ppo, force=False) == []
+    msg = r"algorithm\.estimator: unknown .*'ppo'.*aliases: gae = ppo.*Did you mean 'ppo'"
+    with pytest.raises(ConfigError, match=msg):
+        load_config(None, ["algorithm.estimator=ppp"])
+
+
 def test_config_checks_for_the_critic():
-    gae = ["algorithm.estimator=gae"]
+    gae = ["algorithm.estimator=ppo"]
     assert load_config(None, gae).needs_critic() and not load_config(None, []).needs_critic()
     with pytest.raises(ConfigError, match=r"train\.dynamic_sampling"):
         load_config(None, [*gae, "train.dynamic_sampling=true"])

@@ -1,4 +1,4 @@
-"""End-to-end PPO with a learned critic (``algorithm.estimator=gae``) on ``tiny``: two iterations with
+"""End-to-end PPO with a learned critic (``algorithm.estimator=ppo``) on ``tiny``: two iterations with
 critic warm-up, sane documented metrics, the critic in the checkpoint, and an exact resume."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # search_tiny at its smallest (tests/test_train_e2e.py's budget), PPO with a critic that only
 # learns in iteration 1 (critic warm-up) and trains with the policy in iteration 2.
 GAE = [
-    "algorithm.estimator=gae",
+    "algorithm.estimator=ppo",
     "algorithm.mode=null",
     "algorithm.similarity_threshold=null",
     "critic.lr=1e-4",
@@ -47,7 +47,7 @@ def _comparable(m):
 
 
 @pytest.mark.slow
-def test_gae_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
+def test_ppo_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
     from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -68,7 +68,7 @@ def test_gae_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
         assert m["critic/value_loss"] >= 0 and 0 <= m["critic/vf_clipfrac"] <= 1
         assert m.get("critic/explained_variance", 0.0) <= 1.0
         assert abs(m["advantage/mean"]) < 0.5  # whitened over tokens: row means are near 0
-    assert "actor/pg_loss" in m2 and "step_groups/num_groups" not in m2  # no step groups under gae
+    assert "actor/pg_loss" in m2 and "step_groups/num_groups" not in m2  # no step groups under ppo
     docs = (CONFIGS.parent / "docs" / "metrics.md").read_text()
     for key in m2:
         if key.startswith(("critic/", "time/")):

@@ -46,7 +46,7 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
 
 
 # Names are read from the code that implements them, never copied here.
-from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options, needs_values, parse_anchor  # noqa: E402
+from gigpo.advantages import NORM_MODES, canonical_name, estimator_options, needs_values, parse_anchor  # noqa: E402
 from gigpo.train.distributed import MODES as DIST_MODES  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
 from gigpo.train.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
@@ -166,8 +166,8 @@ class AlgorithmConfig:
     estimator: str = F(
         "gigpo",
         "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
-        "grpo, rloo, gigpo_no_step, gigpo_no_episode, gae (PPO with a learned critic, "
-        "settings in critic.*), or your own (register)",
+        "grpo, rloo, gigpo_no_step, gigpo_no_episode, ppo (PPO with a learned critic, "
+        "settings in critic.*; verl's name gae is accepted and recorded as ppo), or your own (register)",
     )
     estimator_module: str = F(
         "",
@@ -217,7 +217,12 @@ class AlgorithmConfig:
                 import_ref(self.estimator_module, "algorithm.estimator_module")
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        _choice(self.estimator, "algorithm.estimator", tuple(ESTIMATORS))
+        # An alias (gae) is stored as the name it stands for, so a run's config, its resume check
+        # and its metrics name one estimator one way.
+        try:
+            self.estimator = canonical_name(self.estimator)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.estimator: {e}") from None
         try:
             parse_anchor(self.anchor)
         except ValueError as e:
@@ -485,7 +490,7 @@ class TrainConfig:
 
 @dataclass
 class CriticConfig:
-    """PPO's learned critic, used when the estimator takes values (``algorithm.estimator=gae``).
+    """PPO's learned critic, used when the estimator takes values (``algorithm.estimator=ppo``).
 
     Defaults are verl-agent's (``critic.*``, ``algorithm.gamma/lam``, ``trainer.critic_warmup``);
     the critic's mini-batches, epochs, micro-batch budget, loss aggregation and autocast are the
@@ -680,7 +685,7 @@ class Config:
         )
 
     def _check_critic(self) -> None:
-        """Settings that do not fit an estimator with a learned critic (``gae``)."""
+        """Settings that do not fit an estimator with a learned critic (``ppo``)."""
         est = self.algorithm.estimator
         for k in ("gamma", "lam"):
             _check(

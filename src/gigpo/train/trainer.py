@@ -6,7 +6,7 @@ One iteration (docs/algorithm.md#iteration):
   3. discounted returns per trajectory (gamma, paper Eq. 5), episode scores, invalid-action
      penalty (docs/algorithm.md#invalid-action-penalty);
   4. advantages through the estimator registry (one scalar per row; per token with a critic,
-     ``algorithm.estimator=gae``, whose values are computed here and which is updated first);
+     ``algorithm.estimator=ppo``, whose values are computed here and which is updated first);
   5. old log-probs (recomputed, or the sampler's), reference log-probs (once), policy update.
 
 Everything random is derived from (seed, iteration), so ``--resume`` continues exactly.
