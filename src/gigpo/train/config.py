@@ -514,9 +514,22 @@ class CriticConfig:
         "discount of the critic-free estimators); 1.0 as verl-agent",
     )
     lam: float = F(1.0, "GAE lambda within a step's row; 1.0 as verl-agent")
+    shared_backbone: bool = F(
+        False,
+        "for small machines: the value head sits on the policy's own transformer (no second model, "
+        "the update's one forward gives log-probs and values) and is trained by the policy's update, "
+        "critic.vf_coef x value loss added to the policy loss, with train.lr / weight_decay / "
+        "grad_clip (critic.lr, weight_decay, grad_clip unused); needs critic.warmup_iterations=0",
+    )
+    vf_coef: float = F(
+        0.1,
+        "with critic.shared_backbone: weight of the value loss in the shared loss (TRL's PPO "
+        "default); unused with a separate critic",
+    )
 
     def __post_init__(self):
         _check(self.lr > 0, "critic.lr", f"must be > 0, got {self.lr}")
+        _check(self.vf_coef > 0, "critic.vf_coef", f"must be > 0, got {self.vf_coef}")
         for k in ("weight_decay", "grad_clip", "warmup_iterations"):
             _check(getattr(self, k) >= 0, f"critic.{k}", f"must be >= 0, got {getattr(self, k)}")
         _check(self.cliprange_value > 0, "critic.cliprange_value", f"must be > 0, got {self.cliprange_value}")
@@ -693,6 +706,15 @@ class Config:
                 f"algorithm.options.{k}",
                 f"estimator {est!r} reads its {k} from critic.{k}; set critic.{k} instead",
             )
+        # A warm-up leaves the policy unchanged while the critic learns; with one shared backbone
+        # every value step moves the policy too.
+        c = self.critic
+        _check(
+            not (c.shared_backbone and c.warmup_iterations),
+            "critic.warmup_iterations",
+            f"{c.warmup_iterations} needs a separate critic: with critic.shared_backbone=true the value "
+            "loss trains the policy's own weights; set critic.warmup_iterations=0 or critic.shared_backbone=false",
+        )
         # Token advantages are whitened over the batch: a group of tied rollouts still has
         # non-zero advantages, so "groups without signal" and "rows with A = 0" do not exist.
         for k in ("dynamic_sampling", "skip_zero_advantage_rows"):
