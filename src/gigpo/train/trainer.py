@@ -640,7 +640,7 @@ class Trainer:
             else:
                 upd, n_rows = self._update(batch, res, it, times, values)
                 # A shared value head learns in the policy's update: its loss is the critic's metric.
-                crit = {k: upd.pop(k) for k in ("value_loss", "vf_clipfrac") if k in upd}
+                crit |= {k: upd.pop(k) for k in ("value_loss", "vf_clipfrac") if k in upd}
         _debug_kill(it, "after_update")
         best_now = False
         # The last iteration is validated too, so the final model is always a candidate.
