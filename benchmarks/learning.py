@@ -69,7 +69,7 @@ GRAPH_VARIANTS = {
 # the critic gets 1e-4, the policy's lr on ALFWorld and Sokoban (not tuned further).
 CRITIC_VARIANTS = {
     "ppo": [
-        "algorithm.estimator=gae",
+        "algorithm.estimator=ppo",
         "algorithm.mode=null",
         "algorithm.similarity_threshold=null",
         "train.dynamic_sampling=false",

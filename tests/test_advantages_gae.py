@@ -1,6 +1,10 @@
-"""GAE (PPO with a learned critic): hand-computed values, a plain loop, whitening, the registry entry."""
+"""GAE (PPO with a learned critic): hand-computed values, a plain loop, whitening, the registry entry,
+and verl's own ``compute_gae_advantage_return`` (vectors in tests/data, made by make_gae_vectors.py)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,15 +116,18 @@ def test_inputs_are_checked():
 
 
 def test_registry_entry_needs_values_and_returns_token_advantages():
-    assert needs_values("gae") and not needs_values("gigpo")
-    assert estimator_options("gae") == {"gamma": 1.0, "lam": 1.0, "whiten": True}  # values is an input
+    assert needs_values("ppo") and needs_values("gae") and not needs_values("gigpo")
+    assert estimator_options("ppo") == {"gamma": 1.0, "lam": 1.0, "whiten": True}  # values is an input
+    assert estimator_options("gae") == estimator_options("ppo")  # verl's name, an alias
     kw = dict(scores=[1.0, 0.0], episode_ids=[0, 0], traj_ids=[0, 1])
     with pytest.raises(ValueError, match="values"):
         compute_advantages("gae", **kw)
     with pytest.raises(ValueError, match="takes no critic values"):
         compute_advantages("grpo", values=[[0.0], [0.0]], **kw)
     values = [np.array([0.5, 0.5]), np.array([0.2])]
-    res = compute_advantages("gae", values=values, lam=0.9, **kw)
+    res = compute_advantages("ppo", values=values, lam=0.9, **kw)
+    alias = compute_advantages("gae", values=values, lam=0.9, **kw)
+    np.testing.assert_array_equal(np.concatenate(alias.token_advantages), np.concatenate(res.token_advantages))
     adv, ret = row_gae(np.array([1.0, 0.0]), values, lam=0.9)
     for a, b in zip(res.token_advantages, adv):
         np.testing.assert_array_equal(a, b)
@@ -128,3 +135,30 @@ def test_registry_entry_needs_values_and_returns_token_advantages():
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(res.advantages, [adv[0].mean(), adv[1].mean()], rtol=1e-6)
     assert (res.step_groups == -1).all() and not res.step_advantages.any()
+
+
+VERL = json.loads((Path(__file__).parent / "data" / "verl_gae_vectors.json").read_text())
+
+
+def test_verl_vectors_record_their_source():
+    src = VERL["source"]
+    assert src["verl_version"] != "unknown" and src["made_by"] == "tests/data/make_gae_vectors.py"
+    assert {"wheel_sha256", "sha256"} <= set(src) and len(VERL["cases"]) >= 5
+
+
+@pytest.mark.parametrize("case", VERL["cases"], ids=[c["name"] for c in VERL["cases"]])
+def test_gae_matches_verls_compute_gae_advantage_return(case):
+    """tests/data/verl_gae_vectors.json: verl's own function on verl's per-token layout; gigpo's on
+    its step rows (make_gae_vectors.py's docstring maps one onto the other)."""
+    x, out, p = case["inputs"], case["outputs"], case["params"]
+    mask = np.asarray(x["response_mask"], bool)
+    values = np.asarray(x["values"])
+    # The trainer's entry: one score and one value array per step row.
+    rows = [values[i, :n] for i, n in enumerate(x["lengths"])]
+    adv, ret = row_gae(np.asarray(x["scores"]), rows, gamma=p["gamma"], lam=p["lam"])
+    np.testing.assert_allclose(np.concatenate(adv), np.asarray(out["advantages"])[mask], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(np.concatenate(ret), np.asarray(out["returns"])[mask], atol=1e-6, rtol=0)
+    # The token-level pieces on verl's own padded arrays (random values in the padding included).
+    a, r = gae(x["token_level_rewards"], values, mask, p["gamma"], p["lam"])
+    np.testing.assert_allclose(masked_whiten(a, mask)[mask], np.asarray(out["advantages"])[mask], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(r[mask], np.asarray(out["returns"])[mask], atol=1e-6, rtol=0)

@@ -68,6 +68,34 @@ def test_missing_input_says_which():
     assert compute_advantages("grpo", **kw).advantages.shape == (6,)
 
 
+def test_an_alias_is_the_estimator_under_another_name_everywhere():
+    from gigpo.advantages import ALIASES, canonical_name
+
+    assert ALIASES["gae"] == "ppo" and "gae" not in ESTIMATORS  # one entry, two names
+    assert canonical_name("gae") == canonical_name("ppo") == "ppo" and canonical_name("grpo") == "grpo"
+
+    @register("test_alias_target", aliases=("test_alias_other",))
+    def scaled(*, scores, step_returns, episode_ids, traj_ids, anchors, scale=2.0):
+        return compute_advantages("grpo", scores=scores, episode_ids=episode_ids, traj_ids=traj_ids)
+
+    try:
+        assert estimator_options("test_alias_other") == {"scale": 2.0}
+        np.testing.assert_array_equal(
+            compute_advantages("test_alias_other", scale=3.0, **BATCH).advantages,
+            compute_advantages("test_alias_target", **BATCH).advantages,
+        )
+        with pytest.raises(ValueError, match="'test_alias_other' is already registered"):
+            register("test_alias_other")(scaled)  # an alias is taken like a name
+        with pytest.raises(ValueError, match="'gae' is already registered"):
+            register("test_alias_new", aliases=("gae",))(scaled)
+        assert "test_alias_new" not in ESTIMATORS
+    finally:
+        ESTIMATORS.pop("test_alias_target")
+        ALIASES.pop("test_alias_other")
+    with pytest.raises(ValueError, match=r"valid names: .*'ppo'.*\(aliases: gae = ppo\)"):
+        compute_advantages("dqn", **BATCH)
+
+
 def test_register_refuses_duplicates_and_bad_signatures():
     with pytest.raises(ValueError, match="already registered"):
         register("gigpo")(lambda **kw: None)

@@ -67,7 +67,7 @@ def test_anchor_variants_differ_from_gigpo_std_norm_only_in_the_anchor(tmp_path)
     assert "gigpo_state" not in L.parse_args([]).estimators  # opt-in
 
 
-def test_ppo_variant_is_opt_in_and_a_valid_gae_run_on_every_family(tmp_path):
+def test_ppo_variant_is_opt_in_and_a_valid_ppo_run_on_every_family(tmp_path):
     from gigpo.train.config import load_config
 
     assert "ppo" not in L.parse_args([]).estimators
@@ -75,7 +75,7 @@ def test_ppo_variant_is_opt_in_and_a_valid_gae_run_on_every_family(tmp_path):
         args = L.parse_args(["--family", family, "--runs-dir", str(tmp_path), "--seeds", "0", "--estimators", "ppo"])
         (run,) = L.plan_runs(args, "/models/sft")
         cfg = load_config(args.config, run["overrides"])
-        assert cfg.algorithm.estimator == "gae" and cfg.needs_critic() and not cfg.train.dynamic_sampling
+        assert cfg.algorithm.estimator == "ppo" and cfg.needs_critic() and not cfg.train.dynamic_sampling
 
 
 def test_bad_flags_name_the_problem(capsys):

@@ -91,8 +91,25 @@ def test_critic_loss_decreases_on_a_fixed_batch():
     assert state and all(int(s["step"]) == 5 for s in state.values())
 
 
+def test_ppo_is_the_name_and_verls_gae_an_alias_that_old_runs_resume_under(tmp_path):
+    from gigpo.train.config import save_config
+    from gigpo.train.rundir import resume_changes
+
+    ppo, old = load_config(None, ["algorithm.estimator=ppo"]), load_config(None, ["algorithm.estimator=gae"])
+    assert ppo.algorithm.estimator == old.algorithm.estimator == "ppo" and old.needs_critic()
+    # A run started as gae (its config.yaml says so) resumes as ppo: no run-defining change.
+    save_config(old, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    (tmp_path / "config.yaml").write_text(text.replace("estimator: ppo", "estimator: gae"))
+    assert "estimator: gae" in (tmp_path / "config.yaml").read_text()
+    assert resume_changes(tmp_path, ppo, force=False) == []
+    msg = r"algorithm\.estimator: unknown .*'ppo'.*aliases: gae = ppo.*Did you mean 'ppo'"
+    with pytest.raises(ConfigError, match=msg):
+        load_config(None, ["algorithm.estimator=ppp"])
+
+
 def test_config_checks_for_the_critic():
-    gae = ["algorithm.estimator=gae"]
+    gae = ["algorithm.estimator=ppo"]
     assert load_config(None, gae).needs_critic() and not load_config(None, []).needs_critic()
     with pytest.raises(ConfigError, match=r"train\.dynamic_sampling"):
         load_config(None, [*gae, "train.dynamic_sampling=true"])
@@ -104,5 +121,58 @@ def test_config_checks_for_the_critic():
         load_config(None, [*gae, "critic.lr=0"])
     with pytest.raises(ConfigError, match=r"critic\.lam"):
         load_config(None, [*gae, "critic.lam=1.5"])
+    with pytest.raises(ConfigError, match=r"critic\.warmup_iterations: 1 needs a separate critic.*set critic\.warmup"):
+        load_config(None, [*gae, "critic.shared_backbone=true", "critic.warmup_iterations=1"])
+    with pytest.raises(ConfigError, match=r"critic\.vf_coef"):
+        load_config(None, [*gae, "critic.vf_coef=0"])
+    assert load_config(None, [*gae, "critic.shared_backbone=true"]).critic.shared_backbone
     with pytest.raises(ConfigError, match=r"algorithm\.mode"):  # gae has no normalisation option
         load_config(None, [*gae, "algorithm.mode=mean_norm"])
+
+
+def test_shared_critic_is_a_head_on_the_policys_backbone_trained_by_the_policy_update():
+    from gigpo.policy.base import token_logprobs
+    from gigpo.train.critic import SharedCritic
+    from gigpo.train.update import PolicyUpdater, batched_logprobs
+
+    policy, _ = load_policy("tiny", device="cpu", dtype="float32")
+    head = SharedCritic(policy, seed=0)
+    assert set(head.state_dict()) == {"score.weight", "score.bias"}  # the backbone is the policy's
+    assert torch.equal(head.score.weight, SharedCritic(policy, seed=0).score.weight)
+    prompts, responses = _rows(n=10, seed=2)
+    # The update's one forward gives the values a separate value pass gives.
+    values = batched_values(head, prompts, responses, pad_token_id=0, token_budget=128, pad_multiple=8)
+    with torch.no_grad():
+        lp, _, mask, hidden = token_logprobs(policy, prompts, responses, pad_token_id=0, with_hidden=True)
+        lp_alone, _, _ = token_logprobs(policy, prompts, responses, pad_token_id=0)
+    torch.testing.assert_close(lp, lp_alone)
+    shared = (head.head(hidden) * mask).detach().numpy()
+    for i, v in enumerate(values):
+        np.testing.assert_allclose(shared[i, : len(v)], v, atol=1e-5)
+
+    returns = [np.full(len(r), 1.0 if i % 2 else -0.5, np.float32) for i, r in enumerate(responses)]
+    train = TrainConfig(mini_batch_rows=10, pad_multiple=8, lr=3e-4, use_kl=False)
+    upd = PolicyUpdater(policy, train, pad_token_id=0, value_head=head, vf_coef=1.0)
+    zero_adv = [np.zeros(len(r), np.float32) for r in responses]
+    with pytest.raises(ValueError, match="old_values and returns"):
+        upd.update(prompts, responses, np.zeros(10), [np.zeros(len(r)) for r in responses], token_advantages=zero_adv)
+    losses = []
+    for step in range(5):
+        old_v = batched_values(head, prompts, responses, pad_token_id=0, token_budget=128)
+        old_lp = batched_logprobs(policy, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=128)
+        m = upd.update(
+            prompts,
+            responses,
+            np.zeros(10),
+            old_lp,
+            seed=step,
+            token_advantages=zero_adv,
+            old_values=old_v,
+            returns=returns,
+        )
+        assert m["skipped_updates"] == 0 and 0 <= m["vf_clipfrac"] <= 1
+        losses.append(m["value_loss"])
+    assert losses[-1] < 0.5 * losses[0], losses
+    # The head's parameters are in the policy's optimizer, stepped with it.
+    state = upd.optimizer.state
+    assert all(int(state[p]["step"]) == 5 for p in head.parameters())

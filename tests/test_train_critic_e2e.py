@@ -1,4 +1,4 @@
-"""End-to-end PPO with a learned critic (``algorithm.estimator=gae``) on ``tiny``: two iterations with
+"""End-to-end PPO with a learned critic (``algorithm.estimator=ppo``) on ``tiny``: two iterations with
 critic warm-up, sane documented metrics, the critic in the checkpoint, and an exact resume."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # search_tiny at its smallest (tests/test_train_e2e.py's budget), PPO with a critic that only
 # learns in iteration 1 (critic warm-up) and trains with the policy in iteration 2.
 GAE = [
-    "algorithm.estimator=gae",
+    "algorithm.estimator=ppo",
     "algorithm.mode=null",
     "algorithm.similarity_threshold=null",
     "critic.lr=1e-4",
@@ -47,7 +47,7 @@ def _comparable(m):
 
 
 @pytest.mark.slow
-def test_gae_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
+def test_ppo_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
     from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -68,7 +68,7 @@ def test_gae_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
         assert m["critic/value_loss"] >= 0 and 0 <= m["critic/vf_clipfrac"] <= 1
         assert m.get("critic/explained_variance", 0.0) <= 1.0
         assert abs(m["advantage/mean"]) < 0.5  # whitened over tokens: row means are near 0
-    assert "actor/pg_loss" in m2 and "step_groups/num_groups" not in m2  # no step groups under gae
+    assert "actor/pg_loss" in m2 and "step_groups/num_groups" not in m2  # no step groups under ppo
     docs = (CONFIGS.parent / "docs" / "metrics.md").read_text()
     for key in m2:
         if key.startswith(("critic/", "time/")):
@@ -89,5 +89,42 @@ def test_gae_run_trains_a_critic_checkpoints_it_and_resumes_exactly(tmp_path):
     assert res.iteration == 1
     assert _comparable(res.train_iteration()) == _comparable(m2)
     assert all(torch.equal(ref_critic[k], v) for k, v in res.critic.state_dict().items())
+    assert all(torch.equal(ref_model[k], v) for k, v in res.model.state_dict().items())
+    res.close()
+
+
+@pytest.mark.slow
+def test_shared_backbone_ppo_run_learns_values_in_the_policy_update_and_resumes_exactly(tmp_path):
+    """critic.shared_backbone: one model; the head's weights are the checkpoint's critic, its Adam
+    moments the policy optimizer's; the value loss falls from iteration 1 to 2; resume is exact."""
+    from gigpo.train.trainer import Trainer
+
+    torch.set_num_threads(1)
+    shared = ["critic.shared_backbone=true", "critic.warmup_iterations=0", "train.ppo_epochs=2"]
+
+    def cfg(name):
+        return load_config(CONFIGS / "search_tiny.yaml", [*GAE, *shared, f"output_dir={tmp_path}", f"name={name}"])
+
+    tr = Trainer(cfg("ref"))
+    assert tr.critic_updater is None and set(tr.critic.state_dict()) == {"score.weight", "score.bias"}
+    m1, m2 = tr.train_iteration(), tr.train_iteration()
+    for m in (m1, m2):
+        assert m["train/rows_updated"] > 0 and np.isfinite(m["critic/value_loss"]) and 0 <= m["critic/vf_clipfrac"] <= 1
+        assert "critic/grad_norm" not in m and "time/critic_update" not in m  # no separate critic update
+    assert m2["critic/value_loss"] < m1["critic/value_loss"]
+    state = load_checkpoint(latest_checkpoint(tr.run_dir))
+    assert set(state["critic"]) == {"score.weight", "score.bias"} and "critic_updater" not in state
+    n_policy = sum(p.requires_grad for p in tr.model.parameters())
+    assert len(state["updater"]["optimizer"]["state"]) == n_policy + 2  # the head's moments too
+    ref_head = {k: v.clone() for k, v in tr.critic.state_dict().items()}
+    ref_model = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    tr.close()
+
+    cut = Trainer(cfg("cut"))
+    assert _comparable(cut.train_iteration()) == _comparable(m1)
+    cut.close()
+    res = Trainer(cfg("cut"), resume=True)
+    assert _comparable(res.train_iteration()) == _comparable(m2)
+    assert all(torch.equal(ref_head[k], v) for k, v in res.critic.state_dict().items())
     assert all(torch.equal(ref_model[k], v) for k, v in res.model.state_dict().items())
     res.close()

@@ -8,9 +8,10 @@ are public so other trainers (verl, TRL) can use them directly:
 - ``gigpo`` (exact or similarity anchor grouping), ``grpo``, ``rloo`` → ``AdvantageResult``;
   ``exact_step_groups`` (``grouping.py``) and ``similarity_step_groups`` (``similarity.py``:
   difflib-exact greedy clustering, pruned by a sound LCS bound) build the step groups;
-- ``ESTIMATORS`` / ``register`` / ``estimator_options`` / ``needs_values``: the registry (names
-  ``gigpo``, ``grpo``, ``rloo``, the paper's ablations ``gigpo_no_step``, ``gigpo_no_episode``,
-  and ``gae``, PPO with a learned critic, which takes the critic's per-token values);
+- ``ESTIMATORS`` / ``ALIASES`` / ``register`` / ``canonical_name`` / ``estimator_options`` /
+  ``needs_values``: the registry (names ``gigpo``, ``grpo``, ``rloo``, the paper's ablations
+  ``gigpo_no_step``, ``gigpo_no_episode``, and ``ppo``, PPO with a learned critic, which takes the
+  critic's per-token values; verl's name ``gae`` is an alias of ``ppo``);
 - ``gae``, ``masked_whiten``, ``row_gae`` (``gae.py``): Generalized Advantage Estimation over
   token rows (docs/algorithm.md#ppo-with-a-learned-critic);
 - ``graphgpo``, ``graph_step_returns``, ``state_graph``, ``goal_distances`` (``graph.py``):
@@ -41,8 +42,10 @@ from .gae import gae, masked_whiten, row_gae
 from .graph import goal_distances, graph_step_returns, graphgpo, state_graph
 from .grouping import exact_step_groups, hashable_anchor, similarity_step_groups
 from .registry import (
+    ALIASES,
     ESTIMATORS,
     RUNTIME_INPUTS,
+    canonical_name,
     compute_advantages,
     estimator_options,
     needs_values,
@@ -53,12 +56,14 @@ from .returns import apply_invalid_action_penalty, discounted_returns, episode_s
 from .stats import step_group_stats
 
 __all__ = [
+    "ALIASES",
     "ANCHORS",
     "AdvantageResult",
     "ESTIMATORS",
     "RUNTIME_INPUTS",
     "NORM_MODES",
     "apply_invalid_action_penalty",
+    "canonical_name",
     "compute_advantages",
     "context_anchors",
     "context_levels",

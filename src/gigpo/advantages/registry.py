@@ -8,6 +8,10 @@ options, and returns an ``AdvantageResult``. An estimator may also take run-time
 and ``penalties`` (each row's invalid-action penalty, for estimators that build their own step
 returns). ``compute_advantages`` checks the name and the options against the function's signature
 before calling it.
+
+An estimator may also answer to aliases (``register(name, aliases=...)``; ``ALIASES`` maps each to
+its name, ``canonical_name`` resolves one): PPO is ``ppo``, and verl's name ``gae`` is accepted.
+Every lookup goes through ``canonical_name``, so an alias works wherever a name does.
 """
 
 from __future__ import annotations
@@ -24,22 +28,29 @@ from .gae import row_gae
 from .graph import graphgpo
 
 ESTIMATORS: dict[str, Callable[..., AdvantageResult]] = {}
+# alias -> registered name (other trainers' names for the same estimator).
+ALIASES: dict[str, str] = {}
 _INPUTS = ("scores", "step_returns", "episode_ids", "traj_ids", "anchors")
 # Inputs computed by the trainer at run time for the estimators that declare them (not options).
 RUNTIME_INPUTS = ("values", "penalties")
 
 
-def register(name: str):
-    """Decorator adding an estimator under ``name``; a name can be registered only once."""
+def register(name: str, *, aliases: Sequence[str] = ()):
+    """Decorator adding an estimator under ``name`` (and ``aliases``, other names for it); a name or
+    alias can be registered only once."""
 
     def deco(fn):
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
+        for n in (name, *aliases):
+            if n in ESTIMATORS or n in ALIASES:
+                raise ValueError(f"advantage estimator {n!r} is already registered; pick another name")
+        if len(set((name, *aliases))) != 1 + len(aliases):
+            raise ValueError(f"estimator {name!r}: aliases {list(aliases)} repeat a name")
         params = inspect.signature(fn).parameters
         missing = [p for p in _INPUTS if p not in params]
         if missing:
             raise TypeError(f"estimator {name!r} must accept the keyword inputs {_INPUTS}; missing {missing}")
         ESTIMATORS[name] = fn
+        ALIASES.update(dict.fromkeys(aliases, name))
         return fn
 
     return deco
@@ -62,12 +73,25 @@ def runtime_inputs(name: str) -> tuple[str, ...]:
     return tuple(k for k in RUNTIME_INPUTS if k in params)
 
 
+def canonical_name(name: str) -> str:
+    """The registered name of estimator ``name`` (itself, or the name an alias stands for).
+
+    Raises ValueError naming the valid names (aliases included) and the closest match.
+    """
+    if name in ESTIMATORS:
+        return name
+    if name in ALIASES:
+        return ALIASES[name]
+    known = [*ESTIMATORS, *ALIASES]
+    close = difflib.get_close_matches(str(name), known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    aliases = ", ".join(f"{a} = {n}" for a, n in sorted(ALIASES.items()))
+    also = f" (aliases: {aliases})" if aliases else ""
+    raise ValueError(f"unknown advantage estimator {name!r}; valid names: {sorted(ESTIMATORS)}{also}.{hint}")
+
+
 def _lookup(name: str):
-    if name not in ESTIMATORS:
-        close = difflib.get_close_matches(str(name), ESTIMATORS, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"unknown advantage estimator {name!r}; valid names: {sorted(ESTIMATORS)}.{hint}")
-    return ESTIMATORS[name]
+    return ESTIMATORS[canonical_name(name)]
 
 
 def compute_advantages(
@@ -196,8 +220,9 @@ def _rloo(*, scores, step_returns, episode_ids, traj_ids, anchors):
     return rloo(scores, episode_ids, _need(traj_ids, "traj_ids", "rloo"))
 
 
-@register("gae")
-def _gae(*, scores, step_returns, episode_ids, traj_ids, anchors, values, gamma=1.0, lam=1.0, whiten=True):
+# verl and verl-agent call it algorithm.adv_estimator=gae; gigpo's name is the paper's row, PPO.
+@register("ppo", aliases=("gae",))
+def _ppo(*, scores, step_returns, episode_ids, traj_ids, anchors, values, gamma=1.0, lam=1.0, whiten=True):
     """PPO's GAE with a learned critic, laid out as verl-agent's (``gae.row_gae``).
 
     ``scores``: each row's reward (its episode score less its invalid-action penalty), put on the

@@ -86,6 +86,7 @@ def token_logprobs(
     with_entropy: bool = False,
     allowed: Sequence | None = None,
     pad_multiple: int = 1,
+    with_hidden: bool = False,
 ):
     """Log-probs of ``responses`` given ``prompts`` in one right-padded forward pass.
 
@@ -98,6 +99,9 @@ def token_logprobs(
     Differentiable (call under ``torch.no_grad()`` when no gradient is needed).
     Returns ``(logprobs [B, Lmax], entropy [B, Lmax] or None, mask [B, Lmax])`` where position k
     of row i is response token k; ``mask`` is 1 on real response tokens, 0 on padding.
+    ``with_hidden``: also return the last layer's (normed) hidden state ``[B, Lmax, H]`` at the
+    position that predicts response token k, from the same forward (a value head on the policy's
+    backbone reads it: ``gigpo.train.critic.SharedCritic``).
     """
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id, multiple=pad_multiple)
@@ -111,16 +115,32 @@ def token_logprobs(
     hi = int((start + rlen - 1).max()) if B else 0
     n_keep = max(hi, lo + 1) - lo
     n_keep = min(-(-n_keep // pad_multiple) * pad_multiple, T - lo)
+    extra = {"output_hidden_states": True} if with_hidden else {}
     try:
         out = model(
             input_ids=ids,
             attention_mask=attn,
             use_cache=False,
             logits_to_keep=torch.arange(lo, lo + n_keep, device=device),
+            **extra,
         )
     except TypeError:
-        out = model(input_ids=ids, attention_mask=attn, use_cache=False)
+        out = model(input_ids=ids, attention_mask=attn, use_cache=False, **extra)
     logits = out.logits  # (B, n_keep, V), or (B, T, V) from a model that ignored logits_to_keep
+    if with_hidden:
+        logp, ent, mask = response_logprobs(
+            logits,
+            ids,
+            start,
+            rlen,
+            first=lo if logits.shape[1] == n_keep else 0,
+            temperature=temperature,
+            with_entropy=with_entropy,
+            allowed=allowed,
+        )
+        h = out.hidden_states[-1]  # (B, T, H), after the final norm (what the LM head reads)
+        pos = (start[:, None] - 1 + torch.arange(logp.shape[1])[None, :]).clamp(0, T - 1).to(device)
+        return logp, ent, mask, torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))
     return response_logprobs(
         logits,
         ids,

@@ -46,7 +46,7 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
 
 
 # Names are read from the code that implements them, never copied here.
-from gigpo.advantages import ESTIMATORS, NORM_MODES, estimator_options, needs_values, parse_anchor  # noqa: E402
+from gigpo.advantages import NORM_MODES, canonical_name, estimator_options, needs_values, parse_anchor  # noqa: E402
 from gigpo.train.distributed import MODES as DIST_MODES  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
 from gigpo.train.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
@@ -167,9 +167,10 @@ class AlgorithmConfig:
     estimator: str = F(
         "gigpo",
         "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
-        "grpo, rloo, gigpo_no_step, gigpo_no_episode, gae (PPO with a learned critic, "
-        "settings in critic.*), graphgpo (step returns from a state graph of each group's "
-        "rollouts, docs/algorithm.md#graphgpo), or your own (register)",
+        "grpo, rloo, gigpo_no_step, gigpo_no_episode, ppo (PPO with a learned critic, "
+        "settings in critic.*; verl's name gae is accepted and recorded as ppo), graphgpo (step "
+        "returns from a state graph of each group's rollouts, docs/algorithm.md#graphgpo), or your "
+        "own (register)",
     )
     estimator_module: str = F(
         "",
@@ -241,7 +242,12 @@ class AlgorithmConfig:
                 import_ref(self.estimator_module, "algorithm.estimator_module")
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        _choice(self.estimator, "algorithm.estimator", tuple(ESTIMATORS))
+        # An alias (gae) is stored as the name it stands for, so a run's config, its resume check
+        # and its metrics name one estimator one way.
+        try:
+            self.estimator = canonical_name(self.estimator)
+        except ValueError as e:
+            raise ConfigError(f"algorithm.estimator: {e}") from None
         try:
             parse_anchor(self.anchor)
         except ValueError as e:
@@ -576,7 +582,7 @@ class TrainConfig:
 
 @dataclass
 class CriticConfig:
-    """PPO's learned critic, used when the estimator takes values (``algorithm.estimator=gae``).
+    """PPO's learned critic, used when the estimator takes values (``algorithm.estimator=ppo``).
 
     Defaults are verl-agent's (``critic.*``, ``algorithm.gamma/lam``, ``trainer.critic_warmup``);
     the critic's mini-batches, epochs, micro-batch budget, loss aggregation and autocast are the
@@ -600,9 +606,22 @@ class CriticConfig:
         "discount of the critic-free estimators); 1.0 as verl-agent",
     )
     lam: float = F(1.0, "GAE lambda within a step's row; 1.0 as verl-agent")
+    shared_backbone: bool = F(
+        False,
+        "for small machines: the value head sits on the policy's own transformer (no second model, "
+        "the update's one forward gives log-probs and values) and is trained by the policy's update, "
+        "critic.vf_coef x value loss added to the policy loss, with train.lr / weight_decay / "
+        "grad_clip (critic.lr, weight_decay, grad_clip unused); needs critic.warmup_iterations=0",
+    )
+    vf_coef: float = F(
+        0.1,
+        "with critic.shared_backbone: weight of the value loss in the shared loss (TRL's PPO "
+        "default); unused with a separate critic",
+    )
 
     def __post_init__(self):
         _check(self.lr > 0, "critic.lr", f"must be > 0, got {self.lr}")
+        _check(self.vf_coef > 0, "critic.vf_coef", f"must be > 0, got {self.vf_coef}")
         for k in ("weight_decay", "grad_clip", "warmup_iterations"):
             _check(getattr(self, k) >= 0, f"critic.{k}", f"must be >= 0, got {getattr(self, k)}")
         _check(self.cliprange_value > 0, "critic.cliprange_value", f"must be > 0, got {self.cliprange_value}")
@@ -830,7 +849,7 @@ class Config:
         )
 
     def _check_critic(self) -> None:
-        """Settings that do not fit an estimator with a learned critic (``gae``)."""
+        """Settings that do not fit an estimator with a learned critic (``ppo``)."""
         est = self.algorithm.estimator
         for k in ("gamma", "lam"):
             _check(
@@ -838,6 +857,15 @@ class Config:
                 f"algorithm.options.{k}",
                 f"estimator {est!r} reads its {k} from critic.{k}; set critic.{k} instead",
             )
+        # A warm-up leaves the policy unchanged while the critic learns; with one shared backbone
+        # every value step moves the policy too.
+        c = self.critic
+        _check(
+            not (c.shared_backbone and c.warmup_iterations),
+            "critic.warmup_iterations",
+            f"{c.warmup_iterations} needs a separate critic: with critic.shared_backbone=true the value "
+            "loss trains the policy's own weights; set critic.warmup_iterations=0 or critic.shared_backbone=false",
+        )
         # Token advantages are whitened over the batch: a group of tied rollouts still has
         # non-zero advantages, so "groups without signal" and "rows with A = 0" do not exist.
         for k in ("dynamic_sampling", "skip_zero_advantage_rows"):

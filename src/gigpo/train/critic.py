@@ -6,11 +6,17 @@ was sampled in), as verl's ``dp_critic`` reads ``values[:, -response_length - 1 
 mini-batches, epochs, micro-batch token budget, loss aggregation and autocast are the policy
 update's (``train.*``); learning rate, weight decay, gradient clip and value clip are ``critic.*``
 (docs/algorithm.md#ppo-with-a-learned-critic).
+
+``SharedCritic`` is the small-machine option (``critic.shared_backbone``): a scalar head on the
+policy's own transformer, trained by the policy's update with the value loss added to the policy
+loss (``gigpo.train.update.PolicyUpdater``, ``value_head``); it has no ``CriticUpdater``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +24,52 @@ import torch
 from gigpo.policy.base import pad_rows
 from gigpo.train.loss import token_budget_microbatches, value_loss
 from gigpo.train.update import autocast_context, pad_float_rows, padded_lengths
+
+
+class SharedCritic(torch.nn.Module):
+    """A value head on the policy's backbone (``critic.shared_backbone``): no second transformer.
+
+    Its only parameters are the head ``score`` (``Linear(hidden, 1)``, drawn from ``seed`` as
+    ``load_critic`` draws its head: normal with the model's ``initializer_range``, bias 0), so its
+    ``state_dict`` is the head alone; the policy is held, not registered. Called like a
+    ``load_critic`` model (``.logits[..., 0]`` at position j is the value of the state after
+    token j), it runs the policy's transformer and its last normed hidden state through the head;
+    the policy update gets the values from its own forward instead (``token_logprobs(...,
+    with_hidden=True)``).
+    """
+
+    policy: Any  # the causal LM (set in __init__ outside the module registry)
+
+    def __init__(self, policy, *, seed: int = 0) -> None:
+        super().__init__()
+        object.__setattr__(self, "policy", policy)  # not a submodule: its weights are the policy's
+        p = next(policy.parameters())
+        cfg = policy.config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.score = torch.nn.Linear(cfg.hidden_size, 1, device=p.device, dtype=p.dtype)
+            torch.nn.init.normal_(self.score.weight, std=getattr(cfg, "initializer_range", 0.02))
+            torch.nn.init.zeros_(self.score.bias)
+
+    def train(self, mode: bool = True):
+        """Set the head's mode and the backbone's (``batched_values`` switches to eval and back)."""
+        self.policy.train(mode)
+        return super().train(mode)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Values ``[...]`` (float32) of hidden states ``[..., H]``."""
+        return self.score(hidden.to(self.score.weight.dtype))[..., 0].float()
+
+    def forward(self, input_ids, attention_mask):
+        # logits_to_keep=1: the LM head runs on one position only; the values come from the hidden states.
+        out = self.policy(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            output_hidden_states=True,
+            logits_to_keep=1,
+        )
+        return SimpleNamespace(logits=self.head(out.hidden_states[-1])[..., None])
 
 
 def token_values(critic, prompts, responses, *, pad_token_id: int, pad_multiple: int = 1):

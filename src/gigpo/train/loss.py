@@ -247,17 +247,19 @@ def value_loss(
     *,
     cliprange_value: float = 0.5,
     agg_mode: str = "token-mean",
+    norm: Norm | None = None,
 ) -> tuple[torch.Tensor, float]:
     """PPO's clipped value loss (verl ``compute_value_loss``), all tensors ``[B, L]``.
 
     ``0.5 * agg(max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2))``: a token's value may not
     gain by moving more than ``c`` from the value the advantages were computed with.
+    ``norm``: the mini-batch's counts (``agg_loss``), for a micro-batch's share of its loss.
     Returns (loss, vf_clipfrac: share of tokens where the clipped error was the larger).
     """
     clipped = torch.maximum(torch.minimum(vpreds, old_values + cliprange_value), old_values - cliprange_value)
     l1 = (vpreds - returns).square()
     l2 = (clipped - returns).square()
-    loss = 0.5 * agg_loss(torch.maximum(l1, l2), mask, agg_mode)
+    loss = 0.5 * agg_loss(torch.maximum(l1, l2), mask, agg_mode, norm)
     with torch.no_grad():
         clipfrac = float(masked_mean((l2 > l1).float(), mask))
     return loss, clipfrac

@@ -6,7 +6,7 @@ One iteration (docs/algorithm.md#iteration):
   3. discounted returns per trajectory (gamma, paper Eq. 5), episode scores, invalid-action
      penalty (docs/algorithm.md#invalid-action-penalty);
   4. advantages through the estimator registry (one scalar per row; per token with a critic,
-     ``algorithm.estimator=gae``, whose values are computed here and which is updated first);
+     ``algorithm.estimator=ppo``, whose values are computed here and which is updated first);
   5. old log-probs (recomputed, or the sampler's), reference log-probs (once), policy update.
 
 Everything random is derived from (seed, iteration), so ``--resume`` continues exactly.
@@ -271,15 +271,13 @@ class Trainer:
         self.stop_reason: str | None = None
         self.envs = grouped_envs(e, e.group_size) if main else None
         self.eval_envs = grouped_envs(e, 1) if main else None
-        self.updater = PolicyUpdater(
-            self.model,
-            cfg.train,
-            pad_token_id=self.tokenizer.pad_token_id,
-            temperature=cfg.rollout.temperature,
-            dist=self.dist,
-        )
         self.critic = self.critic_updater = None
-        if cfg.needs_critic():  # PPO with a learned critic, initialised from the start policy as verl does
+        shared = cfg.needs_critic() and cfg.critic.shared_backbone
+        if shared:  # a value head on the policy, trained by the policy's update (critic.shared_backbone)
+            from gigpo.train.critic import SharedCritic
+
+            self.critic = SharedCritic(self.model, seed=cfg.seed)
+        elif cfg.needs_critic():  # PPO with a learned critic, initialised from the start policy as verl does
             from gigpo.policy.load import load_critic
             from gigpo.train.critic import CriticUpdater
 
@@ -287,6 +285,16 @@ class Trainer:
             self.critic_updater = CriticUpdater(
                 self.critic, cfg.critic, cfg.train, pad_token_id=self.tokenizer.pad_token_id
             )
+        self.updater = PolicyUpdater(
+            self.model,
+            cfg.train,
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=cfg.rollout.temperature,
+            dist=self.dist,
+            value_head=self.critic if shared else None,
+            vf_coef=cfg.critic.vf_coef,
+            cliprange_value=cfg.critic.cliprange_value,
+        )
         self.iteration = 0  # iterations completed
         self.selection = "best by validation"  # how model/ was chosen (summary.json)
         found = load_latest(self.run_dir) if resume else None  # falls back past a corrupt newest one
@@ -303,8 +311,9 @@ class Trainer:
             self.updater.set_lr(cfg.train.lr)  # a resume may change train.lr
             if self.critic is not None and "critic" in state:
                 self.critic.load_state_dict(state["critic"])
-                self.critic_updater.load_state_dict(state["critic_updater"])
-                self.critic_updater.set_lr(cfg.critic.lr)
+                if self.critic_updater is not None:  # a shared head's optimizer state is the updater's
+                    self.critic_updater.load_state_dict(state["critic_updater"])
+                    self.critic_updater.set_lr(cfg.critic.lr)
             self.iteration = state["iteration"]
             if "guard" in state:
                 self.watchdog.load_state_dict(state["guard"]["watchdog"])
@@ -542,7 +551,8 @@ class Trainer:
             "model": self.dist.full_model_state(self.model),
             "updater": self.updater.state_dict(),
             **(
-                {"critic": self.critic.state_dict(), "critic_updater": self.critic_updater.state_dict()}
+                {"critic": self.critic.state_dict()}
+                | ({"critic_updater": self.critic_updater.state_dict()} if self.critic_updater is not None else {})
                 if self.critic is not None
                 else {}
             ),
@@ -573,7 +583,8 @@ class Trainer:
         self.updater.roll_back(best["updater"], self.cfg.guard.lr_factor)
         if self.critic is not None and "critic" in best:  # the critic goes back with its policy
             self.critic.load_state_dict(best["critic"])
-            self.critic_updater.load_state_dict(best["critic_updater"])
+            if self.critic_updater is not None:
+                self.critic_updater.load_state_dict(best["critic_updater"])
         self.watchdog.rolled_back()
         ev = {
             "event": "rollback",
@@ -627,14 +638,16 @@ class Trainer:
         skipped = {"time/old_logprob": 0.0, "time/ref_logprob": 0.0, "time/update": 0.0}
         if reason:
             events.append(self._roll_back(it, reason))
-            times.update(skipped | ({"time/critic_update": 0.0} if self.critic is not None else {}))
+            times.update(skipped | ({"time/critic_update": 0.0} if self.critic_updater is not None else {}))
         else:
-            if self.critic is not None:
+            if self.critic_updater is not None:
                 crit = self._update_critic(batch, res, values, it, times)
             if it <= cfg.critic.warmup_iterations and self.critic is not None:
                 times.update(skipped)  # critic warm-up: the policy is left unchanged
             else:
-                upd, n_rows = self._update(batch, res, it, times)
+                upd, n_rows = self._update(batch, res, it, times, values)
+                # A shared value head learns in the policy's update: its loss is the critic's metric.
+                crit |= {k: upd.pop(k) for k in ("value_loss", "vf_clipfrac") if k in upd}
         _debug_kill(it, "after_update")
         best_now = False
         # The last iteration is validated too, so the final model is always a candidate.
@@ -717,8 +730,10 @@ class Trainer:
             out["critic/explained_variance"] = ev
         return out
 
-    def _update(self, batch, res, it: int, times: dict) -> tuple[dict, int]:
-        """Old / reference log-probs and the policy update on ``batch``; returns (metrics, rows)."""
+    def _update(self, batch, res, it: int, times: dict, values=None) -> tuple[dict, int]:
+        """Old / reference log-probs and the policy update on ``batch``; returns (metrics, rows).
+        ``values``: the critic's token values, the value targets' clip centre under
+        ``critic.shared_backbone`` (the head is trained in this update)."""
         cfg = self.cfg
         stale = {v for vs in batch.meta.get("traj_policy_version") or [] for v in vs if v != self.policy_version}
         if stale:
@@ -774,6 +789,7 @@ class Trainer:
                 seed=iteration_seed(cfg.seed, it, 3),
                 allowed=allowed,
                 token_advantages=token_adv,
+                **({"old_values": values, "returns": res.token_returns} if self.updater.value_head is not None else {}),
             )
             if len(prompts)
             else {}

@@ -15,6 +15,10 @@ accumulated, each micro-batch's loss being its share of the mini-batch's (``loss
 divided by the mini-batch's token or row count), so the step's loss and gradient do not depend on
 how rows are split into micro-batches. With more than one process (``gigpo.train.distributed``)
 each rank takes its share of every mini-batch and the gradients are averaged over ranks.
+
+With a value head on the policy's backbone (``critic.shared_backbone``) the same forward gives the
+values, and ``vf_coef`` times the clipped value loss is added to the policy loss: one backward, one
+optimizer (the head's parameters join the policy's AdamW, learning rate and gradient clip).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import torch
 
 from gigpo.policy.base import token_logprobs
 from gigpo.train.distributed import Dist
-from gigpo.train.loss import Norm, actor_loss, token_budget_microbatches
+from gigpo.train.loss import Norm, actor_loss, token_budget_microbatches, value_loss
 
 
 class TrainingDiverged(RuntimeError):
@@ -102,7 +106,7 @@ def batched_logprobs(
 
 # Metrics of the update that are shares of the step's loss (summed over micro-batches and ranks);
 # the others are micro-batch means, weighted by the micro-batch's response tokens.
-_SHARE_METRICS = ("loss", "pg_loss", "entropy", "kl")
+_SHARE_METRICS = ("loss", "pg_loss", "entropy", "kl", "value_loss")
 
 
 class PolicyUpdater:
@@ -114,17 +118,34 @@ class PolicyUpdater:
         tempered distribution as the sampler, as the reference does).
         dist: this process's place in a data-parallel job (``gigpo.train.distributed``); one process
         when None. Every rank must call ``update`` with the same rows and seed.
+        value_head: a ``SharedCritic`` on ``model`` (``critic.shared_backbone``) or None; its
+        parameters are trained with the policy's, ``vf_coef`` weighing its value loss
+        (``cliprange_value`` as ``critic.cliprange_value``).
     """
 
-    def __init__(self, model, cfg, *, pad_token_id: int, temperature: float = 1.0, dist: Dist | None = None) -> None:
+    def __init__(
+        self,
+        model,
+        cfg,
+        *,
+        pad_token_id: int,
+        temperature: float = 1.0,
+        dist: Dist | None = None,
+        value_head=None,
+        vf_coef: float = 0.0,
+        cliprange_value: float = 0.5,
+    ) -> None:
         self.model = model
+        self.value_head, self.vf_coef, self.cliprange_value = value_head, vf_coef, cliprange_value
         self.cfg = cfg
         self.pad_token_id = pad_token_id
         self.temperature = temperature
         self.dist = dist or Dist.single()
         self.fwd = self.dist.wrap(model)  # the module the update's forward runs through
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if value_head is not None:  # after the policy's: the optimizer state's order stays the policy's
+            self.params += [p for p in value_head.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.lr_scale = 1.0  # lowered by each watchdog rollback (gigpo.train.guards)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.bad_updates = 0  # consecutive non-finite losses
@@ -189,10 +210,17 @@ class PolicyUpdater:
         seed: int = 0,
         allowed=None,
         token_advantages=None,
+        old_values=None,
+        returns=None,
     ) -> dict:
         """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md).
         ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None.
-        ``token_advantages``: per-row arrays of per-token advantages, used instead of ``advantages``."""
+        ``token_advantages``: per-row arrays of per-token advantages, used instead of ``advantages``.
+        ``old_values``, ``returns``: per-row token arrays, the value head's targets (with
+        ``value_head`` only; then ``value_loss`` and ``vf_clipfrac`` are among the metrics)."""
+        if (self.value_head is not None) != (returns is not None and old_values is not None):
+            raise ValueError("old_values and returns are given exactly when the updater has a value_head")
+        vt = (old_values, returns) if returns is not None else None
         cfg, model = self.cfg, self.model
         model.train()
         n = len(prompts)
@@ -204,7 +232,7 @@ class PolicyUpdater:
             order = rng.permutation(n)
             for start in range(0, n, cfg.mini_batch_rows):
                 rows = order[start : start + cfg.mini_batch_rows]
-                ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages)
+                ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages, vt)
                 skipped += 0 if ok else 1
         self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in acc.items()}  # means over optimizer steps
@@ -212,7 +240,9 @@ class PolicyUpdater:
         out["lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
-    def _step(self, rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed=None, token_adv=None) -> bool:
+    def _step(
+        self, rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed=None, token_adv=None, vt=None
+    ) -> bool:
         """One optimizer step on the mini-batch ``rows`` (this rank's share of it under ``dist``);
         appends the step's metrics to ``acc``; False when the step was skipped (non-finite)."""
         cfg, model, dist, dev = self.cfg, self.model, self.dist, next(self.model.parameters()).device
@@ -235,7 +265,7 @@ class PolicyUpdater:
             idx = mb if mb is not None else [rows[0]]
             with dist.no_sync(self.fwd, last=j == n_mb - 1):
                 with autocast_context(model, cfg.autocast):
-                    lp, ent, mask = token_logprobs(
+                    lp, ent, mask, *hidden = token_logprobs(
                         self.fwd,
                         [prompts[i] for i in idx],
                         [responses[i] for i in idx],
@@ -244,7 +274,9 @@ class PolicyUpdater:
                         with_entropy=cfg.entropy_coef > 0,
                         pad_multiple=cfg.pad_multiple,
                         allowed=[allowed[i] for i in idx] if allowed is not None else None,
+                        with_hidden=vt is not None,
                     )
+                    values = self.value_head.head(hidden[0]) * mask if vt is not None else None
                 width = lp.shape[1]
                 old = pad_float_rows(old_logp, idx, width, dev)
                 ref = pad_float_rows(ref_logp, idx, width, dev) if ref_logp is not None else None
@@ -269,6 +301,18 @@ class PolicyUpdater:
                     policy_loss=cfg.policy_loss,
                     norm=norm,
                 )
+                if values is not None and vt is not None:
+                    vl, m["vf_clipfrac"] = value_loss(
+                        values,
+                        pad_float_rows(vt[0], idx, width, dev),
+                        pad_float_rows(vt[1], idx, width, dev),
+                        mask,
+                        cliprange_value=self.cliprange_value,
+                        agg_mode=cfg.loss_agg_mode,
+                        norm=norm,
+                    )
+                    m["value_loss"] = float(vl.detach())
+                    loss = loss + self.vf_coef * vl
                 if mb is None:
                     loss = loss * 0.0  # a zero-weight micro-batch: only its collectives count
                 elif not torch.isfinite(loss):
@@ -281,7 +325,7 @@ class PolicyUpdater:
             m["loss"] = float(loss.detach())
             for k, v in m.items():
                 sums[k] += v if k in _SHARE_METRICS else v * n_tok
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = self.params
         if dist.enabled:
             # Same names on every rank (actor_loss's, a rank without rows sends zeros); the last
             # entry counts the ranks that saw a non-finite loss, so all skip the step together.
