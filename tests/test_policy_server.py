@@ -630,7 +630,9 @@ def test_gigpo_serve_runs_until_interrupted(tmp_path):
         str(port),
     ]
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent / "src"))
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # a shell's background job ignores SIGINT, and children inherit that: give gigpo serve the default
+    sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=sigint)
     try:
         lines = []
         for line in p.stdout:

@@ -91,6 +91,8 @@ def test_ctrl_c_stops_with_the_resume_command_and_resume_completes(tmp_path):
     proc = subprocess.Popen(
         train_cmd(tmp_path, "cc", ["train.iterations=100"]),
         env=env,
+        # a shell's background job ignores SIGINT, and children inherit that: give the run the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
