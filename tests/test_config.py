@@ -330,8 +330,8 @@ def test_anchor_option_names_the_bad_value_and_the_allowed_ones():
 def test_observation_prompt_needs_a_state_observation_family_and_no_history():
     from gigpo.train.sft import sft_key
 
-    sok = load_config("configs/sokoban_tiny.yaml", [])
-    bare = load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=observation"])
+    sok = load_config("configs/sokoban_tiny.yaml", ["rollout.prompt=full"])
+    bare = load_config("configs/sokoban_tiny.yaml", [])
     assert bare.rollout.prompt == "observation" and sft_key(bare) != sft_key(sok)  # other prompts, other SFT
     with pytest.raises(ConfigError, match="rollout.prompt: .*alfworld family's observation is not its whole state"):
         load_config("configs/alfworld_tiny.yaml", ["rollout.prompt=observation", "env.history_length=0"])
