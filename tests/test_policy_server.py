@@ -299,6 +299,18 @@ def test_find_vllm(tmp_path):
 
 
 @pytest.mark.slow
+def _record_batch_versions(tr) -> list:
+    """The policy versions of each update's rows, recorded as ``tr`` trains."""
+    seen, real_update = [], tr._update
+
+    def spy(batch, *a, **k):
+        seen.append({v for vs in batch.meta["traj_policy_version"] for v in vs})
+        return real_update(batch, *a, **k)
+
+    tr._update = spy
+    return seen
+
+
 def test_training_starts_syncs_and_stops_its_server(tmp_path):
     """``gigpo train`` with rollout.backend=server and no URL: gigpo starts the server (here the
     stand-in), syncs the weights after each update, records versions, stops it at the end."""
@@ -321,14 +333,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
     try:
         launched = tr.server.launched
         assert launched.alive() and tr.generator.policy_version == 0
-        batch_versions = []
-        real_update = tr._update
-
-        def spy(batch, *a, **k):
-            batch_versions.append({v for vs in batch.meta["traj_policy_version"] for v in vs})
-            return real_update(batch, *a, **k)
-
-        tr._update = spy
+        batch_versions = _record_batch_versions(tr)
         tr.run()
         assert batch_versions == [{0}, {1}]  # each iteration's rows come from the weights before its update
         lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -340,7 +345,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
         res = tr.advantages(batch)[0]
         tr.policy_version += 1
         with pytest.raises(RuntimeError, match="weight sync did not reach the sampler"):
-            real_update(batch, res, 3, {})
+            Trainer._update(tr, batch, res, 3, {})
     finally:
         tr.close()
     assert not launched.alive()
@@ -486,14 +491,7 @@ def test_training_goes_on_after_its_server_is_killed_mid_rollout(tmp_path):
     try:
         launched = tr.server.launched
         first = launched.proc.pid
-        batch_versions = []
-        real_update = tr._update
-
-        def spy(batch, *a, **k):
-            batch_versions.append({v for vs in batch.meta["traj_policy_version"] for v in vs})
-            return real_update(batch, *a, **k)
-
-        tr._update = spy
+        batch_versions = _record_batch_versions(tr)
         tr.run()
         second = launched.proc.pid
         assert marker.exists() and second != first and _gone(first)

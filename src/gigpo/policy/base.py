@@ -127,21 +127,7 @@ def token_logprobs(
     except TypeError:
         out = model(input_ids=ids, attention_mask=attn, use_cache=False, **extra)
     logits = out.logits  # (B, n_keep, V), or (B, T, V) from a model that ignored logits_to_keep
-    if with_hidden:
-        logp, ent, mask = response_logprobs(
-            logits,
-            ids,
-            start,
-            rlen,
-            first=lo if logits.shape[1] == n_keep else 0,
-            temperature=temperature,
-            with_entropy=with_entropy,
-            allowed=allowed,
-        )
-        h = out.hidden_states[-1]  # (B, T, H), after the final norm (what the LM head reads)
-        pos = (start[:, None] - 1 + torch.arange(logp.shape[1])[None, :]).clamp(0, T - 1).to(device)
-        return logp, ent, mask, torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))
-    return response_logprobs(
+    res = response_logprobs(
         logits,
         ids,
         start,
@@ -151,6 +137,12 @@ def token_logprobs(
         with_entropy=with_entropy,
         allowed=allowed,
     )
+    if not with_hidden:
+        return res
+    logp, ent, mask = res
+    h = out.hidden_states[-1]  # (B, T, H), after the final norm (what the LM head reads)
+    pos = (start[:, None] - 1 + torch.arange(logp.shape[1])[None, :]).clamp(0, T - 1).to(device)
+    return logp, ent, mask, torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))
 
 
 def response_logprobs(
