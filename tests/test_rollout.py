@@ -327,6 +327,34 @@ def test_expert_demos_do_not_depend_on_the_global_random_state(tiny):
     assert other  # another seed still plays (and wins) the task
 
 
+def test_expert_demos_after_exploration_moves_teach_from_off_path_states(tiny):
+    """sft.explore_steps: random moves first (history only), then the expert from where they
+    left it; rows are exactly the expert's steps of won episodes, and the episodes are a
+    function of the tasks and the seed."""
+    from gigpo.rollout.demos import expert_episodes
+
+    _, tok = tiny
+    agent = Agent("sokoban", tok)
+    tasks = make_tasks("sokoban", "train", n=12, seed=3)
+    plain = list(expert_episodes("sokoban", tasks, agent, max_steps=15))
+    explored = list(expert_episodes("sokoban", tasks, agent, max_steps=15, explore_steps=5))
+    assert explored == list(expert_episodes("sokoban", tasks, agent, max_steps=15, explore_steps=5))
+    assert all(ep.won and all(st.expert for st in ep.steps) for ep in plain)
+    n_explore = [sum(not st.expert for st in ep.steps) for ep in explored]
+    assert max(n_explore) > 0 and all(n <= 5 for n in n_explore)
+    for ep in explored:  # exploration comes first, and only first
+        assert [st.expert for st in ep.steps] == sorted(st.expert for st in ep.steps)
+    # an expert step from a state the plain expert never visited
+    on_path = {st.observation for ep in plain for st in ep.steps}
+    assert any(st.expert and st.observation not in on_path for ep in explored for st in ep.steps)
+    demos = collect_expert_demos("sokoban", tasks, tok, agent, max_steps=15, explore_steps=5)
+    assert len(demos) == sum(sum(st.expert for st in ep.steps) for ep in explored if ep.won)
+    expert_steps = [st for ep in explored if ep.won for st in ep.steps if st.expert]
+    for (prompt, response), st in zip(demos, expert_steps):  # each row is its step's grid and move
+        assert st.observation.strip() in tok.decode(prompt.tolist())
+        assert agent.parse(tok.decode(response.tolist(), skip_special_tokens=True)).action == st.action
+
+
 def test_expert_demos_relabel_task_reading_steps(tiny):
     """relabel adds, right after a take / carry step, rows whose prompt differs only in the task's
     words and whose action is admissible in that step's own list."""

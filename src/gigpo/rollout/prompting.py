@@ -13,14 +13,12 @@ text-only one (``api``).
 from __future__ import annotations
 
 import dataclasses
-import random
-import zlib
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from gigpo.agent import Agent, format_expert_response
+from gigpo.agent import Agent
 from gigpo.agent.prompting import (
     MODES,
     FewShotExample,
@@ -30,9 +28,9 @@ from gigpo.agent.prompting import (
     reflection_part,
 )
 from gigpo.batch import StepBatch, concat_batches, select_trajectories
-from gigpo.envs import make_env
 from gigpo.envs.base import Task
 from gigpo.policy.base import SamplingParams
+from gigpo.rollout.demos import expert_episodes
 from gigpo.rollout.loop import generate_texts, rollout
 from gigpo.rollout.metrics import rollout_metrics
 
@@ -52,32 +50,14 @@ def collect_fewshot(
     """The env expert's won episodes on ``tasks``, as ReAct examples (pool order = task order).
 
     Each step's response is ``format_expert_response(spec, action)``: the family's reason
-    template as the thought, then the action. ALFWorld's expert draws from ``random``; it is
-    seeded per task from ``seed`` and the task id and the caller's state restored (as
-    ``collect_expert_demos``), so the examples are a function of the tasks and ``seed``.
+    template as the thought, then the action. Episodes come from ``expert_episodes`` (seeded per
+    task), so the examples are a function of the tasks and ``seed``.
     """
-    env = make_env(family, **(env_kwargs or {}))
     out: list[FewShotExample] = []
-    outer = random.getstate()
-    try:
-        for task in tasks:
-            random.seed(zlib.crc32(f"{seed}:{task.task_id}".encode()))
-            obs, info = env.reset(task)
-            task_text = info.get("instruction") or obs
-            steps: list[tuple[str, str]] = []
-            for _ in range(max_steps):
-                response = format_expert_response(agent.spec, env.expert_action())
-                steps.append((obs, response))
-                obs, _reward, done, info = env.step(agent.parse(response).action)
-                if done:
-                    if info.get("won"):
-                        out.append(
-                            FewShotExample(task_text, task.task_type or str(info.get("task_type", "")), tuple(steps))
-                        )
-                    break
-    finally:
-        random.setstate(outer)
-        env.close()
+    for ep in expert_episodes(family, tasks, agent, max_steps=max_steps, env_kwargs=env_kwargs, seed=seed):
+        if ep.won:
+            steps = tuple((st.observation, st.response) for st in ep.steps)
+            out.append(FewShotExample(ep.task_text, ep.task.task_type or str(ep.info.get("task_type", "")), steps))
     return out
 
 

@@ -642,6 +642,12 @@ class SFTConfig:
         "(the task naming another object / receptacle type in view, with the matching action; "
         "gigpo.agent.relabel); 0 = off",
     )
+    explore_steps: int = F(
+        0,
+        "each demonstration episode first plays 0..this many random admissible actions (uniform), "
+        "then the expert takes over; only the expert's moves are demonstrations, so the model "
+        "also learns to act from states off the expert's own path; 0 = off",
+    )
     warmup_steps: int = F(
         0,
         "optimizer steps of linear learning-rate warm-up before the linear decay (a model "
@@ -670,6 +676,7 @@ class SFTConfig:
         _check(self.prompt_loss_weight >= 0, "sft.prompt_loss_weight", "must be >= 0")
         _check(self.warmup_steps >= 0, "sft.warmup_steps", "must be >= 0")
         _check(self.relabel >= 0, "sft.relabel", "must be >= 0")
+        _check(self.explore_steps >= 0, "sft.explore_steps", "must be >= 0")
 
 
 @dataclass

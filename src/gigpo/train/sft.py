@@ -172,7 +172,7 @@ def sft_key(cfg) -> str:
         parts["prompt_form"] = cfg.rollout.prompt
     if cfg.sft.think == "reason":  # the default was the only style before the option existed
         del parts["sft"]["think"]
-    for k in ("warmup_steps", "relabel"):  # likewise: keys from before these options stay valid
+    for k in ("warmup_steps", "relabel", "explore_steps"):  # likewise: keys from before these options stay valid
         if getattr(cfg.sft, k) == 0:
             del parts["sft"][k]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -208,6 +208,7 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
         think=cfg.sft.think,
         relabel=cfg.sft.relabel,
         seed=cfg.seed,
+        explore_steps=cfg.sft.explore_steps,
     )
     if not demos:
         raise SFTError(
