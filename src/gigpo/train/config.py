@@ -941,6 +941,13 @@ def build_agent(cfg: Config, tokenizer):
     )
 
 
+def load_kwargs(cfg: Config, device: str | None = None) -> dict:
+    """The keyword arguments of ``gigpo.policy.load_policy`` that ``cfg.model`` and the seed set
+    (``device`` overrides ``cfg.model.device``: the trainer's rank decides it)."""
+    m = cfg.model
+    return dict(device=device or m.device, dtype=m.dtype, cache_dir=m.cache_dir or None, seed=cfg.seed)
+
+
 # --------------------------------------------------------------------------- (de)serialisation
 
 

@@ -58,7 +58,7 @@ def evaluate_model(cfg, make_generator=None) -> dict:
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout, prompting_eval
-    from gigpo.train.config import build_agent, grouped_envs
+    from gigpo.train.config import build_agent, grouped_envs, load_kwargs
     from gigpo.train.rundir import check_model_path
 
     check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
@@ -69,13 +69,7 @@ def evaluate_model(cfg, make_generator=None) -> dict:
         from gigpo.train.rundir import check_device
 
         check_device(cfg.model.device)
-        model, tok = load_policy(
-            cfg.model.name_or_path,
-            device=cfg.model.device,
-            dtype=cfg.model.dtype,
-            cache_dir=cfg.model.cache_dir or None,
-            seed=cfg.seed,
-        )
+        model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
     agent = build_agent(cfg, tok)

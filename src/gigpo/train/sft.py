@@ -183,16 +183,10 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     from gigpo.envs import make_tasks
     from gigpo.policy.load import load_policy
     from gigpo.rollout import collect_expert_demos
-    from gigpo.train.config import build_agent
+    from gigpo.train.config import build_agent, load_kwargs
 
     torch.manual_seed(cfg.seed)
-    model, tok = load_policy(
-        cfg.model.name_or_path,
-        device=cfg.model.device,
-        dtype=cfg.model.dtype,
-        cache_dir=cfg.model.cache_dir or None,
-        seed=cfg.seed,
-    )
+    model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
     agent = build_agent(cfg, tok)
     tasks = make_tasks(
         cfg.env.family, "train", n=cfg.sft.episodes, seed=cfg.env.task_seed + 7919, **cfg.env.task_kwargs

@@ -37,7 +37,7 @@ from gigpo.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from gigpo.train.config import Config, build_agent, grouped_envs, save_config
+from gigpo.train.config import Config, build_agent, grouped_envs, load_kwargs, save_config
 from gigpo.train.distributed import Dist, check_world
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
@@ -241,7 +241,7 @@ class Trainer:
         self.start_hash = model_hash(model_path) if Path(model_path).is_dir() else ""
         if self.start_hash and main:
             print(f"start model: {model_path} (weights sha256 {self.start_hash[:16]})", flush=True)
-        kw = dict(device=self.dist.device, dtype=cfg.model.dtype, cache_dir=cfg.model.cache_dir or None, seed=cfg.seed)
+        kw = load_kwargs(cfg, device=self.dist.device)
         lora = {} if cfg.model.lora else None
         self.model, self.tokenizer = load_policy(model_path, lora=lora, **kw)
         # The model rank 0 samples, computes log-probs with and saves: the trained one itself, or
