@@ -56,6 +56,7 @@ class State:
         self.auth: str | None = None
         self.key: str | None = None  # when set, /v1 requests without "Bearer <key>" get 401
         self.prompts: list[str] = []
+        self.adapters: dict = {}  # LoRA name -> (model, generator), as vLLM's runtime LoRA loading
         self.load(model_dir)
 
     def load(self, model_dir: str) -> None:
@@ -63,6 +64,16 @@ class State:
 
         self.model, self.tok = load_policy(model_dir, device="cpu", dtype="float32")
         self.gen = HFGenerator(self.model, self.tok)
+
+    def load_adapter(self, name: str, path: str) -> None:
+        import copy
+
+        from peft import PeftModel
+
+        from gigpo.policy import HFGenerator
+
+        model = PeftModel.from_pretrained(copy.deepcopy(self.model), path).eval()
+        self.adapters[name] = (model, HFGenerator(model, self.tok))
 
     def complete(self, body: dict) -> dict:
         import numpy as np
@@ -83,13 +94,14 @@ class State:
         else:
             prompt = [int(t) for t in body["prompt"]]
         with self.lock:
+            model, gen = self.adapters.get(body.get("model"), (self.model, self.gen))
             if body.get("stop_token_ids"):
-                self.gen.eos_ids = [int(i) for i in body["stop_token_ids"]]
-            g = self.gen.generate([prompt], params)[0]
+                gen.eos_ids = [int(i) for i in body["stop_token_ids"]]
+            g = gen.generate([prompt], params)[0]
             lps = g.logprobs
             if self.raw_logprobs and len(g.token_ids):
                 with torch.no_grad():
-                    lp, _, _ = token_logprobs(self.model, [np.asarray(prompt)], [g.token_ids], pad_token_id=0)
+                    lp, _, _ = token_logprobs(model, [np.asarray(prompt)], [g.token_ids], pad_token_id=0)
                 lps = lp[0].numpy()
         ids = [int(t) for t in g.token_ids]
         if body.get("return_tokens_as_token_ids") and self.id_tokens:
@@ -127,6 +139,14 @@ def make_handler(state: State):
             data = json.dumps(obj if obj is not None else {}).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_text(self, text: str) -> None:
+            data = text.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -176,6 +196,14 @@ def make_handler(state: State):
                     if state.since_reload is None:
                         state.since_reload = 0
                 self._send(200, {"results": [None]})
+            elif self.path == "/v1/load_lora_adapter":  # vLLM answers these two in plain text
+                with state.lock:
+                    state.load_adapter(body["lora_name"], body["lora_path"])
+                self._send_text(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+            elif self.path == "/v1/unload_lora_adapter":
+                with state.lock:
+                    state.adapters.pop(body["lora_name"])
+                self._send_text(f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
             elif self.path == "/reset_prefix_cache":
                 self._send(200, {"success": True})
             else:

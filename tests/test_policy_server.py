@@ -247,6 +247,50 @@ def test_weight_sync_reloads_and_checks(tiny, server, tmp_path):
         gen.close()
 
 
+def test_lora_sync_loads_the_adapter_by_name_and_unloads_the_previous(tiny, tmp_path):
+    """model.lora with the server backend: the server keeps the base weights; each sync saves the
+    adapter, loads it under a new name (plain-text answers, as vLLM's), checks the server's
+    log-probs against the LoRA model, and unloads the version before; requests name the adapter."""
+    from gigpo.policy.load import apply_lora
+    from gigpo.policy.server import save_for_serving
+
+    model, tok, path = tiny
+    pm = apply_lora(load_policy(path)[0], {"r": 4})
+    base = save_for_serving(pm, tok, tmp_path / "base")  # the base weights, adapter left out
+    assert {k for k in _safetensor_keys(base) if "lora" in k or "base_layer" in k} == set()
+    server = FakeServer(str(base)).start()
+    gen = ServerGenerator(tok, [server.url], policy=pm, sync_dir=tmp_path / "w", lora=True)
+    try:
+        prompts, params = _prompts(tok, 4), SamplingParams(temperature=1.0, max_new_tokens=12, seed=4)
+        before = gen.generate(prompts, params)
+        names = []
+        for version in (1, 2):
+            torch.manual_seed(version)
+            with torch.no_grad():
+                for n, p in pm.named_parameters():
+                    if "lora_B" in n:
+                        p.normal_(0, 0.1)
+            gen.sync_weights(pm, version)  # raises when the server's log-probs are not pm's
+            names.append(gen.adapter)
+            assert list(server.state.adapters) == [gen.adapter]  # the previous one unloaded
+            assert [d.name for d in (tmp_path / "w").iterdir()] == [f"lora-v{version:06d}"]
+        after = gen.generate(prompts, params)
+        assert names[0] != names[1] and gen.policy_version == 2
+        assert any(not np.array_equal(a.token_ids, b.token_ids) for a, b in zip(before, after))
+        for g, ref in zip(after, _recomputed(pm, prompts, after, 1.0)):
+            assert np.abs(g.logprobs - ref).max() < 1e-4
+    finally:
+        gen.close()
+        server.stop()
+
+
+def _safetensor_keys(model_dir) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(Path(model_dir) / "model.safetensors"), "pt") as f:
+        return set(f.keys())
+
+
 def test_constraints_are_refused(tiny, server):
     gen = ServerGenerator(tiny[1], [server.url], policy=tiny[0])
     try:
@@ -265,7 +309,6 @@ def test_config_validation():
         "rollout.backend": ["rollout.backend=vllm"],
         "rollout.server.urls": ["rollout.server.urls=[127.0.0.1:8000]"],
         "rollout.constrain_actions": ["rollout.backend=server", "rollout.constrain_actions=true"],
-        "model.lora": ["rollout.backend=server", "model.lora=true"],
         "rollout.server.concurrency": ["rollout.server.concurrency=0"],
         "rollout.server.max_restarts": ["rollout.server.max_restarts=-1"],
     }
@@ -602,6 +645,88 @@ def test_vllm_training_run(vllm, tmp_path):
         assert x["tokens/response"] > 0
     assert train[1]["time/weight_sync"] > 0
     assert os.path.isdir(tmp_path / "run" / "model")
+
+
+@pytest.mark.slow
+def test_vllm_a_killed_server_is_restarted_and_samples_the_same_tokens(tmp_path):
+    """The real engine behind the restart path: the vLLM gigpo started is SIGKILLed (its whole
+    process group: the API server and its engine core); the next call starts it again on the same
+    weights, re-probes it and samples exactly what the first server sampled with the same seeds."""
+    if not (VLLM_VENV / "bin" / "python").is_file():
+        pytest.skip(f"vLLM is not installed in {VLLM_VENV}: run `make setup-vllm`")
+    backend, _model, tok = _backend(
+        tmp_path,
+        f"rollout.server.vllm_bin={VLLM_VENV / 'bin' / 'vllm'}",
+        "rollout.server.extra_args=[--enforce-eager]",
+        "rollout.server.max_restarts=1",
+    )
+    gen, launched = backend.generator, backend.launched
+    try:
+        prompts, params = _prompts(tok, 4), SamplingParams(temperature=1.0, max_new_tokens=12, seed=5)
+        before = gen.generate(prompts, params)
+        pgid = os.getpgid(launched.proc.pid)
+        os.killpg(pgid, signal.SIGKILL)
+        launched.proc.wait(30)
+        after = gen.generate(prompts, params)
+        assert backend.restarts == 1 and launched.alive()
+        assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(before, after))
+        assert all(np.allclose(a.logprobs, b.logprobs, atol=1e-5) for a, b in zip(before, after))
+    finally:
+        backend.close()
+    assert not launched.alive()
+
+
+@pytest.mark.slow
+def test_vllm_serves_lora_adapters_loaded_at_run_time_also_after_a_restart(tmp_path):
+    """model.lora against the real engine: vLLM started on the base weights with runtime LoRA
+    loading; a synced adapter changes the samples and matches the trainer's LoRA model (the sync's
+    probe); SIGKILLed, the server restarts on the base weights, gets the adapter back and samples
+    the same tokens as before."""
+    if not (VLLM_VENV / "bin" / "python").is_file():
+        pytest.skip(f"vLLM is not installed in {VLLM_VENV}: run `make setup-vllm`")
+    from gigpo.policy.load import apply_lora
+    from gigpo.train.config import load_config
+    from gigpo.train.serving import ServerBackend
+
+    cfg = load_config(
+        SEARCH_TINY,
+        [
+            *SMALL,
+            "rollout.backend=server",
+            "model.lora=true",
+            f"rollout.server.vllm_bin={VLLM_VENV / 'bin' / 'vllm'}",
+            "rollout.server.extra_args=[--enforce-eager]",
+            "rollout.server.start_timeout_s=900",
+            "rollout.server.max_retries=1",
+            "rollout.server.logprob_tolerance=0.001",
+        ],
+    )
+    model, tok = load_policy("tiny")
+    pm = apply_lora(model, {})
+    backend = ServerBackend(cfg, pm, tok, tmp_path / "serving")
+    gen, launched = backend.generator, backend.launched
+    try:
+        assert "--enable-lora" in launched.args and gen.lora and gen.adapter is None
+        prompts, params = _prompts(tok, 4), SamplingParams(temperature=1.0, max_new_tokens=12, seed=6)
+        base = gen.generate(prompts, params)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for n, p in pm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.1)
+        gen.sync_weights(pm, 1)  # its probe: the server's log-probs are pm's within 1e-3
+        tuned = gen.generate(prompts, params)
+        assert any(not np.array_equal(a.token_ids, b.token_ids) for a, b in zip(base, tuned))
+        for g, ref in zip(tuned, _recomputed(pm, prompts, tuned, 1.0)):
+            assert np.abs(g.logprobs - ref).max() < 1e-3
+        os.killpg(os.getpgid(launched.proc.pid), signal.SIGKILL)
+        launched.proc.wait(30)
+        again = gen.generate(prompts, params)
+        assert backend.restarts == 1
+        assert all(np.array_equal(a.token_ids, b.token_ids) for a, b in zip(tuned, again))
+    finally:
+        backend.close()
+    assert not launched.alive()
 
 
 @pytest.mark.slow

@@ -150,6 +150,8 @@ class VLLMServer:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("VLLM_DO_NOT_TRACK", "1")
         env.setdefault("HF_HUB_OFFLINE", "1")
+        if "--enable-lora" in self.args:  # POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+            env.setdefault("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
         return env
 
     def start(self) -> VLLMServer:

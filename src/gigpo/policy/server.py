@@ -37,6 +37,7 @@ import json
 import shutil
 import threading
 import time
+import uuid
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -88,6 +89,8 @@ class ServerGenerator:
         backoff_s: first retry's delay (doubles per retry).
         sync_dir: where ``sync_weights`` writes the policy for the servers to load.
         logprob_tolerance: max |server - trainer| log-prob in the probe.
+        lora: the policy is a peft LoRA model and the servers hold its base weights: a weight sync
+            loads the adapter (``POST /v1/load_lora_adapter``) and requests name it.
         probe: run ``probe()`` now.
     """
 
@@ -105,6 +108,7 @@ class ServerGenerator:
         backoff_s: float = 0.5,
         sync_dir: str | Path | None = None,
         logprob_tolerance: float = 0.02,
+        lora: bool = False,
         probe: bool = True,
     ) -> None:
         import httpx
@@ -131,6 +135,12 @@ class ServerGenerator:
         self.backoff_s = float(backoff_s)
         self.sync_dir = Path(sync_dir) if sync_dir else None
         self.logprob_tolerance = float(logprob_tolerance)
+        self.lora = bool(lora)
+        # LoRA: the adapter requests name (None: the base model) and where it was saved. Names carry
+        # a per-process tag: a server that outlives a run may still hold its predecessor's names.
+        self.adapter: str | None = None
+        self.adapter_dir: Path | None = None
+        self._lora_tag = uuid.uuid4().hex[:8]
         self.policy_version: int | None = None  # the weights version the servers hold (sync_weights)
         self.server_log = ""  # where a server's log is, for messages (a server gigpo started)
         self.ids_field = "token_ids"  # or "tokens" (return_tokens_as_token_ids), set by the probe
@@ -184,12 +194,14 @@ class ServerGenerator:
             f"(its log{log} says why it stopped), restart it and resume the run with --resume",
         )
 
-    def _post(self, path: str, body: dict, url: str | None = None, abort: threading.Event | None = None) -> dict:
+    def _post(
+        self, path: str, body: dict, url: str | None = None, abort: threading.Event | None = None, text: bool = False
+    ) -> dict:
         """POST ``body`` to ``path`` on ``url`` (default: the least loaded server), retrying
         connection errors and 5xx answers ``max_retries`` times with backoff, on another
         server when there is one. Raises ``ServerError`` naming the server (``ServerDown`` when
         the retries are used up). ``abort`` set: no further attempt (another request of the same
-        call failed)."""
+        call failed). ``text``: the answer is plain text (vLLM's LoRA endpoints), as ``{"text": ...}``."""
         import httpx
 
         last, tried = "", url
@@ -202,6 +214,8 @@ class ServerGenerator:
             except httpx.HTTPError as e:
                 last, tried = f"{type(e).__name__}: {e}", u
             else:
+                if r.status_code == 200 and text:
+                    return {"text": r.text}
                 if r.status_code == 200:
                     try:
                         return r.json() if r.content else {}
@@ -224,7 +238,7 @@ class ServerGenerator:
     # ------------------------------------------------------------------ Generator
     def _body(self, prompt: Sequence[int], params: SamplingParams, seed: int | None, max_tokens: int) -> dict:
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": self.adapter or self.model,
             "prompt": [int(t) for t in prompt],
             "max_tokens": int(max_tokens),
             "temperature": float(params.temperature),
@@ -442,6 +456,8 @@ class ServerGenerator:
         """
         if self.sync_dir is None:
             raise ServerError("ServerGenerator.sync_weights needs sync_dir (where the servers load weights from)")
+        if self.lora:
+            return self._sync_adapter(model, version)
         t0 = time.perf_counter()
         target = self.sync_dir / f"v{int(version):06d}"
         tmp = self.sync_dir / f".tmp-v{int(version):06d}"
@@ -476,6 +492,53 @@ class ServerGenerator:
         finally:
             self.policy = policy
 
+    def _sync_adapter(self, model, version: int) -> float:
+        """LoRA weight sync: ``model``'s adapter saved to ``sync_dir/lora-v<version>`` (atomically),
+        loaded into every server under a new name, checked against ``model``; the previous
+        adapter is then unloaded and its files removed. Returns the seconds it took."""
+        assert self.sync_dir is not None
+        if not hasattr(model, "peft_config"):
+            raise ServerError("ServerGenerator(lora=True).sync_weights needs a peft LoRA model")
+        t0 = time.perf_counter()
+        target = self.sync_dir / f"lora-v{int(version):06d}"
+        tmp = self.sync_dir / f".tmp-lora-v{int(version):06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)  # peft writes the adapter only (adapter_config.json + weights)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        name = f"gigpo-{self._lora_tag}-v{int(version):06d}"
+        while True:
+            seen = self._revivals
+            try:
+                for u in self.urls:
+                    self.load_adapter(u, name, target)
+                break
+            except ServerDown as e:  # revived holding the previous adapter; then load again
+                if not self._revive(e, seen, compare=False):
+                    raise
+        previous, self.adapter, self.adapter_dir = self.adapter, name, target
+        policy, self.policy = self.policy, model
+        try:
+            for u in self.urls:
+                self.check_logprobs(u)
+        finally:
+            self.policy = policy
+        self.policy_version = int(version)
+        if previous is not None:
+            for u in self.urls:
+                self._post("/v1/unload_lora_adapter", {"lora_name": previous}, url=u, text=True)
+        for old in self.sync_dir.glob("lora-v*"):
+            if old != target and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+        return time.perf_counter() - t0
+
+    def load_adapter(self, url: str, name: str | None = None, path: Path | None = None) -> None:
+        """Load a LoRA adapter into ``url`` (default: the current one, e.g. into a restarted server)."""
+        name, path = name or self.adapter, path or self.adapter_dir
+        if name is None or path is None:
+            return
+        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, url=url, text=True)
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()
@@ -485,6 +548,7 @@ def save_for_serving(model, tokenizer, out: str | Path) -> Path:
     """``model`` (full weights) and ``tokenizer`` as a Hugging Face directory an engine can load and
     reload in place.
 
+    A peft LoRA model gives its base weights (without the adapter: ``sync_weights`` loads that).
     Tied input/output embeddings are written untied (``lm_head.weight`` a copy of the embedding,
     ``tie_word_embeddings: false``): vLLM's in-place reload leaves a tied LM head holding the old
     weights, so a served model must own its head. Same numbers, one matrix more on the server.
@@ -494,9 +558,15 @@ def save_for_serving(model, tokenizer, out: str | Path) -> Path:
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "peft_config"):
-        raise ValueError("save_for_serving needs a full model; LoRA adapters are not served (docs/serving.md)")
-    sd = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+    if hasattr(model, "peft_config"):  # a LoRA model: its base weights (the adapter goes by sync)
+        model = model.get_base_model()
+        sd = {
+            k.replace(".base_layer.", "."): v.detach().to("cpu").contiguous().clone()
+            for k, v in model.state_dict().items()
+            if ".lora_" not in k
+        }
+    else:
+        sd = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
     cfg = model.config
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     if tied and "lm_head.weight" not in sd:

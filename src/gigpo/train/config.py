@@ -823,12 +823,6 @@ class Config:
                     f"{f.name}.{g.name}",
                     f"must be a finite number, got {v}",
                 )
-        _check(
-            not (self.rollout.backend == "server" and self.model.lora),
-            "model.lora",
-            "rollout.backend=server syncs full weights to the server; LoRA adapters are not served "
-            "(docs/serving.md): set model.lora=false or rollout.backend=hf",
-        )
         if self.rollout.prompt == "observation":
             self._check_observation_prompt()
         kind, k = parse_anchor(self.algorithm.anchor)

@@ -17,8 +17,20 @@ from gigpo.policy.server import ServerDown, ServerError
 __all__ = ["LaunchError", "ServerBackend", "ServerError", "serve", "vllm_server"]
 
 
-def vllm_server(cfg, model_dir: Path, *, port: int | None = None, log_path: Path | None = None):
-    """A (not yet started) ``VLLMServer`` for ``model_dir`` with the flags ``cfg`` implies."""
+def lora_args(model) -> list[str]:
+    """vLLM flags to serve ``model``'s LoRA adapters at run time (none for a full model): the
+    adapter's rank, and room for two adapters (the new one is loaded before the old is unloaded)."""
+    if not hasattr(model, "peft_config"):
+        return []
+    rank = max(int(c.r) for c in model.peft_config.values())
+    return ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", "2"]
+
+
+def vllm_server(
+    cfg, model_dir: Path, *, port: int | None = None, log_path: Path | None = None, extra: list[str] | None = None
+):
+    """A (not yet started) ``VLLMServer`` for ``model_dir`` with the flags ``cfg`` implies
+    (``extra``: more flags before the config's own ``extra_args``)."""
     from gigpo.policy.launch import VLLMServer
 
     s, r = cfg.rollout.server, cfg.rollout
@@ -30,7 +42,7 @@ def vllm_server(cfg, model_dir: Path, *, port: int | None = None, log_path: Path
         # A prompt is at most max_prompt_tokens (the agent cuts it), a response max_response_tokens.
         max_model_len=r.max_prompt_tokens + r.max_response_tokens,
         seed=cfg.seed,
-        extra_args=s.extra_args,
+        extra_args=[*(extra or []), *s.extra_args],
         log_path=log_path,
         start_timeout_s=s.start_timeout_s,
     )
@@ -58,9 +70,10 @@ class ServerBackend:
         self.restarts = 0
         self.max_restarts = int(s.max_restarts)
         urls = list(s.urls)
+        lora = hasattr(model, "peft_config")
         if not urls:
-            start = save_for_serving(model, tokenizer, self.work_dir / "start")
-            self.launched = vllm_server(cfg, start, log_path=self.work_dir / "vllm.log")
+            start = save_for_serving(model, tokenizer, self.work_dir / "start")  # LoRA: the base weights
+            self.launched = vllm_server(cfg, start, log_path=self.work_dir / "vllm.log", extra=lora_args(model))
             print(f"starting vLLM on {self.launched.url} (log: {self.launched.log_path}) ...", flush=True)
             self.launched.start()
             print(f"vLLM answered after {self.launched.start_seconds:.0f} s", flush=True)
@@ -76,12 +89,14 @@ class ServerBackend:
                 max_retries=s.max_retries,
                 sync_dir=self.work_dir / "weights",
                 logprob_tolerance=s.logprob_tolerance,
+                lora=lora,
                 probe=False,
             )
             if self.launched is not None:
                 self.generator.server_log = str(self.launched.log_path)
-            self.probe = self.generator.probe(compare=not (sync and s.urls))
-            if self.launched is not None:
+            # LoRA: the servers hold the base model until the first sync loads the adapter.
+            self.probe = self.generator.probe(compare=not (sync and s.urls) and not lora)
+            if self.launched is not None and not lora:
                 self.generator.policy_version = version
                 self.generator.revive = self.restart
         except BaseException:
@@ -128,6 +143,7 @@ class ServerBackend:
         )
         srv.start()  # up to rollout.server.start_timeout_s; LaunchError with the new log's tail
         self.generator.server_log = str(srv.log_path)
+        self.generator.load_adapter(url)  # LoRA: the adapter of that version (none: a no-op)
         print(f"vLLM answered again after {srv.start_seconds:.0f} s", flush=True)
         return True
 
@@ -154,12 +170,16 @@ def serve(cfg, port: int = 8000) -> int:
         from gigpo.train.sft import ensure_sft_model
 
         model_path = ensure_sft_model(cfg, progress=cfg.log.progress)
-    model, tok = load_policy(model_path, device="cpu", dtype="float32", cache_dir=cfg.model.cache_dir or None)
+    # model.lora: the base model with runtime LoRA loading, rank as the trainer's (load_policy's lora)
+    lora = {} if cfg.model.lora else None
+    cache = cfg.model.cache_dir or None
+    model, tok = load_policy(model_path, device="cpu", dtype="float32", cache_dir=cache, lora=lora)
     work = Path(tempfile.mkdtemp(prefix="gigpo-serve-"))
     try:
         start = save_for_serving(model, tok, work / "model")
+        extra = lora_args(model)
         del model
-        server = vllm_server(cfg, start, port=cfg.rollout.server.port or port, log_path=work / "vllm.log")
+        server = vllm_server(cfg, start, port=cfg.rollout.server.port or port, log_path=work / "vllm.log", extra=extra)
         print(f"starting vLLM for {model_path} on {server.url} (log: {server.log_path}) ...", flush=True)
         server.start()
         print(
