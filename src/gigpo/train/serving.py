@@ -96,8 +96,9 @@ class ServerBackend:
                 self.generator.server_log = str(self.launched.log_path)
             # LoRA: the servers hold the base model until the first sync loads the adapter.
             self.probe = self.generator.probe(compare=not (sync and s.urls) and not lora)
-            if self.launched is not None and not lora:
-                self.generator.policy_version = version
+            if self.launched is not None:
+                if not lora:
+                    self.generator.policy_version = version
                 self.generator.revive = self.restart
         except BaseException:
             self.close()
