@@ -172,7 +172,7 @@ def serve(cfg, port: int = 8000) -> int:
 
         model_path = ensure_sft_model(cfg, progress=cfg.log.progress)
     # model.lora: the base model with runtime LoRA loading, rank as the trainer's (load_policy's lora)
-    lora = {} if cfg.model.lora else None
+    lora: dict | None = {} if cfg.model.lora else None
     cache = cfg.model.cache_dir or None
     model, tok = load_policy(model_path, device="cpu", dtype="float32", cache_dir=cache, lora=lora)
     work = Path(tempfile.mkdtemp(prefix="gigpo-serve-"))
