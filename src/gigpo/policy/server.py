@@ -452,32 +452,19 @@ class ServerGenerator:
 
         Writes ``sync_dir/v<version>`` atomically (``save_for_serving``), asks each server to
         reload from it and to drop its prefix cache, then checks the server's log-probs against
-        ``model``. Returns the seconds it took.
+        ``model``. With ``lora`` only the adapter moves (``_sync_adapter``). Returns the seconds
+        it took.
         """
         if self.sync_dir is None:
             raise ServerError("ServerGenerator.sync_weights needs sync_dir (where the servers load weights from)")
         if self.lora:
             return self._sync_adapter(model, version)
         t0 = time.perf_counter()
-        target = self.sync_dir / f"v{int(version):06d}"
-        tmp = self.sync_dir / f".tmp-v{int(version):06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        save_for_serving(model, self.tokenizer, tmp)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        while True:
-            seen = self._revivals
-            try:
-                self._load(model, target)
-                break
-            except ServerDown as e:
-                # Revived on the weights of ``policy_version`` (still on disk); then load again.
-                if not self._revive(e, seen, compare=False):
-                    raise
+        target = self._write_version("v", version, lambda d: save_for_serving(model, self.tokenizer, d))
+        # Revived on the weights of ``policy_version`` (still on disk); then load again.
+        self._with_revival(lambda: self._load(model, target))
         self.policy_version = int(version)
-        for old in self.sync_dir.glob("v*"):  # the servers hold the new weights; older copies go
-            if old != target and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
+        self._drop_versions("v", target)  # the servers hold the new weights; older copies go
         return time.perf_counter() - t0
 
     def _load(self, model, target: Path) -> None:
@@ -485,6 +472,60 @@ class ServerGenerator:
         for u in self.urls:
             self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}, url=u)
             self._post("/reset_prefix_cache", {}, url=u)
+        self._check_against(model)
+
+    def _sync_adapter(self, model, version: int) -> float:
+        """LoRA weight sync: ``model``'s adapter saved to ``sync_dir/lora-v<version>`` (atomically),
+        loaded into every server under a new name, checked against ``model``; the previous
+        adapter is then unloaded and its files removed. Returns the seconds it took."""
+        if not hasattr(model, "peft_config"):
+            raise ServerError("ServerGenerator(lora=True).sync_weights needs a peft LoRA model")
+        t0 = time.perf_counter()
+        # peft's save_pretrained writes the adapter only (adapter_config.json + weights)
+        target = self._write_version("lora-v", version, model.save_pretrained)
+        name = f"gigpo-{self._lora_tag}-v{int(version):06d}"
+        # revived holding the previous adapter; then load again
+        self._with_revival(lambda: self._load_adapters(name, target))
+        previous, self.adapter, self.adapter_dir = self.adapter, name, target
+        self._check_against(model)
+        self.policy_version = int(version)
+        if previous is not None:
+            for u in self.urls:
+                self._post("/v1/unload_lora_adapter", {"lora_name": previous}, url=u, text=True)
+        self._drop_versions("lora-v", target)
+        return time.perf_counter() - t0
+
+    def _write_version(self, prefix: str, version: int, write: Callable[[Path], Any]) -> Path:
+        """``write(dir)`` into a temporary directory renamed to ``sync_dir/<prefix><version>``, so a
+        server never reads a half-written one."""
+        assert self.sync_dir is not None
+        target = self.sync_dir / f"{prefix}{int(version):06d}"
+        tmp = self.sync_dir / f".tmp-{prefix}{int(version):06d}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        write(tmp)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        return target
+
+    def _drop_versions(self, prefix: str, keep: Path) -> None:
+        assert self.sync_dir is not None
+        for old in self.sync_dir.glob(f"{prefix}*"):
+            if old != keep and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _with_revival(self, load: Callable[[], Any]) -> None:
+        """``load()``, redone after ``revive`` brought a dead server back (module docstring)."""
+        while True:
+            seen = self._revivals
+            try:
+                load()
+                return
+            except ServerDown as e:
+                if not self._revive(e, seen, compare=False):
+                    raise
+
+    def _check_against(self, model) -> None:
+        """Every server's log-probs checked against ``model`` (``check_logprobs``)."""
         policy, self.policy = self.policy, model
         try:
             for u in self.urls:
@@ -492,45 +533,9 @@ class ServerGenerator:
         finally:
             self.policy = policy
 
-    def _sync_adapter(self, model, version: int) -> float:
-        """LoRA weight sync: ``model``'s adapter saved to ``sync_dir/lora-v<version>`` (atomically),
-        loaded into every server under a new name, checked against ``model``; the previous
-        adapter is then unloaded and its files removed. Returns the seconds it took."""
-        assert self.sync_dir is not None
-        if not hasattr(model, "peft_config"):
-            raise ServerError("ServerGenerator(lora=True).sync_weights needs a peft LoRA model")
-        t0 = time.perf_counter()
-        target = self.sync_dir / f"lora-v{int(version):06d}"
-        tmp = self.sync_dir / f".tmp-lora-v{int(version):06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)  # peft writes the adapter only (adapter_config.json + weights)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        name = f"gigpo-{self._lora_tag}-v{int(version):06d}"
-        while True:
-            seen = self._revivals
-            try:
-                for u in self.urls:
-                    self.load_adapter(u, name, target)
-                break
-            except ServerDown as e:  # revived holding the previous adapter; then load again
-                if not self._revive(e, seen, compare=False):
-                    raise
-        previous, self.adapter, self.adapter_dir = self.adapter, name, target
-        policy, self.policy = self.policy, model
-        try:
-            for u in self.urls:
-                self.check_logprobs(u)
-        finally:
-            self.policy = policy
-        self.policy_version = int(version)
-        if previous is not None:
-            for u in self.urls:
-                self._post("/v1/unload_lora_adapter", {"lora_name": previous}, url=u, text=True)
-        for old in self.sync_dir.glob("lora-v*"):
-            if old != target and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-        return time.perf_counter() - t0
+    def _load_adapters(self, name: str, path: Path) -> None:
+        for u in self.urls:
+            self.load_adapter(u, name, path)
 
     def load_adapter(self, url: str, name: str | None = None, path: Path | None = None) -> None:
         """Load a LoRA adapter into ``url`` (default: the current one, e.g. into a restarted server)."""
