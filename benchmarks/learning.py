@@ -93,8 +93,8 @@ IDENTICAL = {"gigpo_no_step": "grpo"}
 
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
 # every variant). ALFWorld: 10 iterations of 8 tasks x 4 rollouts (half the default job's 20) with
-# the update in bf16 autocast (1.6x faster iterations; gradients at cosine 0.9999 to float32's for
-# every estimator and no estimator-specific effect on results, docs/notes/bf16-autocast.md),
+# the update in bf16 autocast where the CPU has AVX512 (1.6x faster iterations; gradients at cosine
+# 0.9999 to float32's for every estimator and no estimator-specific effect on results, docs/notes/bf16-autocast.md),
 # and the config's 96 held-out tasks before and after: with two runs in parallel, one thread each,
 # an iteration takes ~40 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
 # gigpo_no_step being GRPO's) fit the 90-minute budget: 65 min measured (float32: ~91).
@@ -102,7 +102,7 @@ FULL = {
     "alfworld": {
         "iterations": 10,
         "eval_every": 10,
-        "overrides": ["train.autocast=bf16", "guard.val_every=0", "guard.watchdog=false"],
+        "overrides": ["train.autocast=auto", "guard.val_every=0", "guard.watchdog=false"],
     },
     "webshop": {"iterations": 3, "eval_every": 3, "overrides": []},
     # Sokoban: the config's 10 iterations of 4 rooms x 8 rollouts, held-out eval (64 rooms) before
@@ -368,7 +368,10 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
         if cost.pop("placeholder", False)
         else "defaults measured on the 2-core machine"
     )
-    cost["iteration"] = cost["iteration"][load_config(args.config, args.budget_overrides).train.autocast]
+    from gigpo.train.update import resolve_autocast
+
+    autocast = load_config(args.config, args.budget_overrides).train.autocast
+    cost["iteration"] = cost["iteration"][resolve_autocast(autocast)]
     done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
     done = [d for d in done if d and d["train"]]
     if done:

@@ -129,6 +129,22 @@ def test_bf16_autocast_logprobs_close_to_float32_and_update_learns():
     assert sum(n.sum() for n in new) > sum(o.sum() for o in f32)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_autocast_runs_bf16_only_where_the_device_has_native_bf16(monkeypatch, native):
+    import gigpo.train.update as update
+
+    m = _model()
+    prompts, responses, _ = _rows(4)
+    kw = dict(pad_token_id=0, temperature=1.0, token_budget=8192)
+    monkeypatch.setattr(update, "native_bf16", lambda device_type: native)
+    assert update.resolve_autocast("auto", "cpu") == ("bf16" if native else "none")
+    assert update.resolve_autocast("bf16", "cpu") == "bf16" and update.resolve_autocast("none", "cpu") == "none"
+    auto = batched_logprobs(m, prompts, responses, autocast="auto", **kw)
+    same = batched_logprobs(m, prompts, responses, autocast="bf16" if native else "none", **kw)
+    for x, y in zip(auto, same):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_autocast_value_is_checked():
     with pytest.raises(ValueError, match="train.autocast"):
         TrainConfig(autocast="fp16")

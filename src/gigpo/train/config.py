@@ -525,8 +525,9 @@ class TrainConfig:
     autocast: str = F(
         "none",
         "mixed precision of the update's and log-prob passes' forward: none (float32 "
-        "matmuls) or bf16 (torch.autocast; ~2x faster on CPUs with AVX512-BF16; log-probs and "
-        "the loss stay float32; sampling is unchanged)",
+        "matmuls), bf16 (torch.autocast; ~2x faster on CPUs with AVX512-BF16, ~40x slower on "
+        "CPUs without AVX512; log-probs and the loss stay float32; sampling is unchanged) or "
+        "auto (bf16 where the device has native bfloat16 matmuls, else none)",
     )
     distributed: str = F(
         "ddp",
@@ -552,7 +553,7 @@ class TrainConfig:
             f"train.policy_loss=gspo averages per sequence: set train.loss_agg_mode={GSPO_AGG_MODE} "
             f"(got {self.loss_agg_mode})",
         )
-        _choice(self.autocast, "train.autocast", ("none", "bf16"))
+        _choice(self.autocast, "train.autocast", ("none", "bf16", "auto"))
         _choice(self.distributed, "train.distributed", DIST_MODES)
         _check(self.dist_timeout_min > 0, "train.dist_timeout_min", f"must be > 0, got {self.dist_timeout_min}")
         _check(self.iterations >= 0, "train.iterations", "must be >= 0")

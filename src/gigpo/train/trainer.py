@@ -22,6 +22,7 @@ import os
 import random
 import signal
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,14 @@ class Trainer:
         self.run_dir = cfg.run_dir
         cfg.check_trainable()  # prompting agents and the api backend are eval-only
         torch.set_num_threads(cfg.train.torch_threads)
+        from gigpo.train.update import native_bf16
+
+        if cfg.train.autocast == "bf16" and not native_bf16(torch.device(cfg.model.device).type):
+            warnings.warn(
+                f"train.autocast=bf16 on {cfg.model.device}, which has no native bfloat16 matmuls (a CPU "
+                "without AVX512): the update runs many times slower than in float32; set train.autocast=auto",
+                stacklevel=2,
+            )
         preflight(cfg)  # a bad model path, device or env option fails before the run dir changes
         self.dist = Dist.from_env(cfg.train.distributed, cfg.model.device, cfg.train.dist_timeout_min)
         if self.dist.enabled:  # features that run in one trainer process only
@@ -981,8 +990,6 @@ class Trainer:
 
     def write_report(self):
         """``gigpo.report.write_report(run_dir)``; a failure only warns (the run itself is done)."""
-        import warnings
-
         try:
             from gigpo.report import write_report
 
