@@ -76,6 +76,27 @@ def test_default_grid_is_verl_agents_text(tasks_1box):
         make_env("sokoban", grid_style="fancy")
 
 
+def test_annotated_grid_names_the_neighbours_and_offsets_of_player_and_box():
+    env = make_env("sokoban", grid_style="annotated")
+    obs, info = env.reset(_task("######", "#P_X_#", "#__O_#", "#____#", "######"))
+    lines = obs.split("\n")
+    assert lines[1] == " # \t P \t _ \t X \t _ \t # \t" and len(lines) == 7 and obs == info["anchor"]
+    assert lines[5] == "player: row 1 col 1; up wall, down floor, left wall, right floor"
+    assert lines[6] == (
+        "box: row 1 col 3, same row, 2 right of you; up wall, down target, left floor, right floor; "
+        "nearest target 1 down, same column"
+    )
+    obs, *_ = env.step("down")
+    assert obs.split("\n")[5] == "player: row 2 col 1; up floor, down floor, left wall, right floor"
+    assert obs.split("\n")[6].startswith("box: row 1 col 3, 1 up, 2 right of you;")
+    for a in ("up", "right"):
+        obs, *_ = env.step(a)
+    box = obs.split("\n")[6]
+    assert box.startswith("box: row 1 col 3, same row, 1 right of you; up wall, down target, left player")
+    obs, _, done, info = env.step("right")  # the box into the top-right corner
+    assert not done and obs.endswith("nearest target 1 down, 1 left") and info["deadlock"]
+
+
 def test_walk_and_push_moves_the_box(env):
     obs, info = env.reset(_task("######", "#P_X_#", "#___O#", "######"))
     assert obs == "######\n#P_X_#\n#___O#\n######" == info["anchor"]

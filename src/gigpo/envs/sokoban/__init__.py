@@ -7,8 +7,10 @@ Text and rules follow verl-agent's Sokoban (``agent_system/environments/env_pack
 itself RAGEN's), built on gym-sokoban's rules and room generator:
     Observation: the grid as text rows, rows ``\\n``-joined, each cell written ``" # \\t"`` as in
         verl-agent's text render (``make_env(grid_style="compact")``: one character a cell, the
-        format of ``Task.data["room"]`` and ``parse_level``). Legend (verl-agent's):
-        ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player,
+        format of ``Task.data["room"]`` and ``parse_level``; ``grid_style="annotated"``: the grid,
+        then a line for the player and one per box naming their cells, the four neighbours, the
+        box's offset from the player and its nearest target's offset from it, ``Level.describe``).
+        Legend (verl-agent's): ``#`` wall, ``_`` floor, ``O`` target, ``X`` box, ``√`` box on target, ``P`` player,
         ``S`` player on target. verl-agent's prompt template (the legend, the goal, the rules) is
         the prompt side's business; ``INSTRUCTION`` is a one-paragraph version of it.
     Actions: ``up``, ``down``, ``left``, ``right`` (case-insensitive, surrounding whitespace
@@ -55,7 +57,7 @@ def make_env(grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) 
     """A ``SokobanEnv`` (rooms come with the tasks).
 
     Args:
-        grid_style: ``verl-agent`` (spaced cells, verl-agent's text) or ``compact``.
+        grid_style: ``verl-agent`` (spaced cells, verl-agent's text), ``compact`` or ``annotated``.
         solver_max_nodes: the node cap of the expert's BFS.
     """
     return SokobanEnv(grid_style=grid_style, solver_max_nodes=solver_max_nodes)

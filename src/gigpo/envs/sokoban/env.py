@@ -46,8 +46,9 @@ class SokobanEnv:
 
     Args:
         grid_style: ``verl-agent`` (default: each cell as ``" # \\t"``, verl-agent's text render;
-            spaced cells keep a tokenizer from merging runs such as ``####`` into one token) or
-            ``compact`` (one character a cell, the format of ``Task.data["room"]``).
+            spaced cells keep a tokenizer from merging runs such as ``####`` into one token),
+            ``compact`` (one character a cell, the format of ``Task.data["room"]``) or
+            ``annotated`` (the ``verl-agent`` grid, then ``Level.describe``'s lines in words).
         solver_max_nodes: the BFS node cap for ``expert_action`` (raises ``SolverError`` past it).
     """
 

@@ -35,7 +35,7 @@ LEGEND = {
     PLAYER_ON_TARGET: "player on target",
 }
 ACTIONS = ("up", "down", "left", "right")
-GRID_STYLES = ("verl-agent", "compact")
+GRID_STYLES = ("verl-agent", "compact", "annotated")
 _DELTAS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 # gym-sokoban's five floor masks (room_topology_generation).
@@ -73,8 +73,9 @@ class Level:
     def render(self, player: int | None = None, boxes: frozenset[int] | None = None, style: str = "compact") -> str:
         """The grid as text rows (``\\n``-joined), for the given state (default: the start).
 
-        ``style``: ``compact`` (one character a cell, ``parse_level``'s format) or ``verl-agent``
-        (each cell as ``" # \\t"``, verl-agent/RAGEN's text render, ``GRID_LOOKUP``).
+        ``style``: ``compact`` (one character a cell, ``parse_level``'s format), ``verl-agent``
+        (each cell as ``" # \\t"``, verl-agent/RAGEN's text render, ``GRID_LOOKUP``) or
+        ``annotated`` (the ``verl-agent`` grid, then ``describe``'s lines).
         """
         if style not in GRID_STYLES:
             raise ValueError(f"grid style must be one of {GRID_STYLES}, got {style!r}")
@@ -94,8 +95,54 @@ class Level:
                     row.append(PLAYER_ON_TARGET if on_target else PLAYER)
                 else:
                     row.append(TARGET if on_target else FLOOR)
-            rows.append("".join(f" {ch} \t" for ch in row) if style == "verl-agent" else "".join(row))
+            rows.append("".join(f" {ch} \t" for ch in row) if style != "compact" else "".join(row))
+        if style == "annotated":
+            rows.append(self.describe(player, boxes))
         return "\n".join(rows)
+
+    def describe(self, player: int, boxes: frozenset[int]) -> str:
+        """The state in words: the player's cell and its four neighbours, then each box's cell, its
+        offset from the player, its neighbours and the offset of its nearest target.
+
+        The grid asks a model to relate cells a row apart, ~6 x 4 tokens away in the text; these lines
+        name the relations a move depends on, so a small model trained from scratch need not learn to
+        read them off the grid first. Rows and columns count from 0 at the top left.
+        """
+        w = self.width
+
+        def cell(i: int) -> str:
+            return f"row {i // w} col {i % w}"
+
+        def offset(frm: int, to: int) -> str:
+            dr, dc = to // w - frm // w, to % w - frm % w
+            v = f"{dr} down" if dr > 0 else f"{-dr} up" if dr < 0 else "same row"
+            h = f"{dc} right" if dc > 0 else f"{-dc} left" if dc < 0 else "same column"
+            return f"{v}, {h}"
+
+        def around(i: int) -> str:
+            names = []
+            for a in ACTIONS:
+                j = i + self.delta(a)
+                what = (
+                    "wall"
+                    if j not in self.floor
+                    else "box"
+                    if j in boxes
+                    else "player"
+                    if j == player
+                    else "target"
+                    if j in self.targets
+                    else "floor"
+                )
+                names.append(f"{a} {what}")
+            return ", ".join(names)
+
+        lines = [f"player: {cell(player)}; {around(player)}"]
+        for b in sorted(boxes):
+            t = min(self.targets, key=lambda t: (abs(t // w - b // w) + abs(t % w - b % w), t))
+            goal = "on a target" if b in self.targets else f"nearest target {offset(b, t)}"
+            lines.append(f"box: {cell(b)}, {offset(player, b)} of you; {around(b)}; {goal}")
+        return "\n".join(lines)
 
     def rows(self) -> list[str]:
         return self.render().split("\n")
