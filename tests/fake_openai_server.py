@@ -3,7 +3,9 @@
 Stdlib ``http.server`` on 127.0.0.1 that samples with gigpo's own ``HFGenerator`` from a model
 directory, speaking the subset of vLLM's API that ``ServerGenerator`` uses: ``/health``,
 ``/v1/models``, ``/tokenize``, ``/v1/completions`` (token-id prompts, ``return_token_ids`` or
-``return_tokens_as_token_ids``, ``logprobs: 0``, ``seed``, ``stop_token_ids``),
+``return_tokens_as_token_ids``, ``logprobs: 0``, ``seed``, ``stop_token_ids``, ``stop`` strings
+matched on the decoded text (``skip_special_tokens``), ``allowed_token_ids`` applied to the logits
+before the log-probs, as vLLM does),
 ``/collective_rpc`` (``reload_weights`` with ``weights_path``) and ``/reset_prefix_cache``; and,
 for the text-only API backend (``gigpo.policy.api``), ``/v1/chat/completions`` (messages through
 the model's chat template) and ``/v1/completions`` with a text prompt, under ``/v1`` as an
@@ -15,7 +17,8 @@ Switches on ``FakeServer.state`` make it misbehave as real servers do: ``fail_ne
 to that many completions), ``dead`` (500 on completions, 503 on /health: a crashed engine),
 ``dead_after`` (``dead`` from that completion on, counted since the start), ``token_ids``
 (False: no ``return_token_ids`` field), ``id_tokens`` (False: no ``token_id:N`` tokens either),
-``raw_logprobs`` (log-probs of the untempered distribution).
+``raw_logprobs`` (log-probs of the untempered distribution), ``allowed_ids`` (False: ignore
+``allowed_token_ids``, as a server without them), ``stop_strings`` (False: ignore ``stop``).
 
 As a program (``python fake_openai_server.py serve MODEL --port N ...``) it stands in for the
 ``vllm serve`` command that gigpo launches (other vLLM flags are ignored). There,
@@ -47,6 +50,8 @@ class State:
         self.token_ids = True
         self.id_tokens = True
         self.raw_logprobs = False
+        self.allowed_ids = True
+        self.stop_strings = True
         self.completions = 0
         self.dead_after: int | None = None
         self.die_after_reload: int | None = None  # as a program only: it kills its own process
@@ -97,13 +102,21 @@ class State:
             model, gen = self.adapters.get(body.get("model"), (self.model, self.gen))
             if body.get("stop_token_ids"):
                 gen.eos_ids = [int(i) for i in body["stop_token_ids"]]
-            g = gen.generate([prompt], params)[0]
+            allowed = body.get("allowed_token_ids") if self.allowed_ids else None
+            g = gen.generate([prompt], params, constraints=[Only(allowed)] if allowed else None)[0]
             lps = g.logprobs
             if self.raw_logprobs and len(g.token_ids):
                 with torch.no_grad():
                     lp, _, _ = token_logprobs(model, [np.asarray(prompt)], [g.token_ids], pad_token_id=0)
                 lps = lp[0].numpy()
-        ids = [int(t) for t in g.token_ids]
+        ids, finished = [int(t) for t in g.token_ids], g.finished
+        stop = [body["stop"]] if isinstance(body.get("stop"), str) else body.get("stop") or []
+        stop = stop if self.stop_strings else []
+        skip = bool(body.get("skip_special_tokens", True))
+        for k in range(len(ids) if stop else 0):  # vLLM keeps the token that completes a stop string
+            if any(x in self.tok.decode(ids[: k + 1], skip_special_tokens=skip) for x in stop):
+                ids, lps, finished = ids[: k + 1], lps[: k + 1], True
+                break
         if body.get("return_tokens_as_token_ids") and self.id_tokens:
             tokens = [f"token_id:{t}" for t in ids]
         else:
@@ -112,7 +125,7 @@ class State:
             "index": 0,
             "text": self.tok.decode(ids, skip_special_tokens=True),
             "logprobs": {"tokens": tokens, "token_logprobs": [float(x) for x in lps]},
-            "finish_reason": "stop" if g.finished else "length",
+            "finish_reason": "stop" if finished else "length",
         }
         if body.get("return_token_ids") and self.token_ids:
             choice["token_ids"] = ids
@@ -128,6 +141,24 @@ class State:
         ch = out["choices"][0]
         msg = {"role": "assistant", "content": ch["text"]}
         return {"object": "chat.completion", "model": self.name, "choices": [{"index": 0, "message": msg}]}
+
+
+class Only:
+    """vLLM's ``allowed_token_ids`` as an ``HFGenerator`` constraint: every token from ``ids``."""
+
+    def __init__(self, ids):
+        self.ids = [int(i) for i in ids]
+
+    def start(self):
+        return None
+
+    def allowed(self, st, eos_ids):
+        import numpy as np
+
+        return np.asarray(self.ids, dtype=np.int64)
+
+    def advance(self, st, tok) -> None:
+        pass
 
 
 def make_handler(state: State):

@@ -23,6 +23,7 @@ import torch
 
 from fake_openai_server import FakeServer
 from gigpo.policy import SamplingParams, load_policy, token_logprobs
+from gigpo.policy.constrain import ActionVocab
 from gigpo.policy.launch import find_vllm
 from gigpo.policy.server import ServerError, ServerGenerator, row_seed
 from small_runs import SEARCH_TINY, SMALL
@@ -291,13 +292,136 @@ def _safetensor_keys(model_dir) -> set[str]:
         return set(f.keys())
 
 
-def test_constraints_are_refused(tiny, server):
-    gen = ServerGenerator(tiny[1], [server.url], policy=tiny[0])
+ACTIONS = ["go to drawer 1", "go to drawer 10", "go to desk 1", "take mug 2 from desk 1", "look"]
+
+
+def _check_constrained(gen, model, tok, open_tag, temperature) -> float:
+    """Constrained sampling through ``gen``: only listed actions after the open tag, the restricted
+    positions the HF sampler records for the same response (``ActionConstraint.positions``, which
+    tests/test_policy_constrain.py checks against ``HFGenerator``), the same tokens again with the
+    same seed. Returns the largest difference between the sampling log-probs and the trainer's
+    masked recomputation. The open tag "h" (the random `tiny` writes no "<action>") ends about
+    half the rows' first "h" token (the trie follows) and lies inside the others' (free to the end)."""
+    vocab = ActionVocab(tok, open_tag=open_tag)
+    lists = [ACTIONS, ["look", "inventory"], None, ["open drawer 3", "go to shelf 12", "examine shelf 12"]] * 6
+    cons = [vocab.constraint(a) if a else None for a in lists]
+    prompts = _prompts(tok, len(lists))
+    params = SamplingParams(temperature=temperature, max_new_tokens=40, seed=7)
+    out = gen.generate(prompts, params, constraints=cons)
+    again = gen.generate(prompts, params, constraints=cons)
+    eos, entered, free = gen.eos_ids, 0, 0
+    for g, a, c in zip(out, lists, cons):
+        if c is None:
+            assert not g.allowed
+            continue
+        want = c.positions(list(g.token_ids), eos)
+        assert [k for k, _ in g.allowed] == [k for k, _ in want]
+        assert all(np.array_equal(x, y) for (_, x), (_, y) in zip(g.allowed, want))
+        if g.allowed:  # an action and the close tag, then EOS; or a prefix of them at max_new_tokens
+            entered += 1
+            text = tok.decode(g.token_ids[g.allowed[0][0] : len(g.token_ids) - g.finished])
+            assert g.finished == (g.token_ids[-1] in eos) and (g.finished or len(g.token_ids) == 40)
+            assert any((x + "</action>").startswith(text) for x in a) and (text.endswith("</action>") or not g.finished)
+        else:
+            free += 1
+    assert entered and (free or open_tag is None)
+    assert all(np.array_equal(x.token_ids, y.token_ids) for x, y in zip(out, again))
+    with torch.no_grad():
+        lp, _, _ = token_logprobs(
+            model,
+            [np.asarray(p) for p in prompts],
+            [g.token_ids for g in out],
+            pad_token_id=0,
+            temperature=temperature,
+            allowed=[g.allowed for g in out],
+        )
+    return max(float(np.abs(g.logprobs - lp[i, : len(g.token_ids)].numpy()).max()) for i, g in enumerate(out))
+
+
+@pytest.mark.parametrize(
+    "open_tag, temperature, stop_strings", [("h", 1.0, True), (None, 0.7, True), ("h", 1.0, False)]
+)
+def test_constrained_sampling_matches_the_masks_and_the_trainers_log_probs(
+    tiny, server, open_tag, temperature, stop_strings
+):
+    """rollout.constrain_actions through the server (``_check_constrained``). Without stop strings
+    the server samples past the open tag and the client drops what follows it."""
+    model, tok, _ = tiny
+    server.state.stop_strings = stop_strings
+    gen = ServerGenerator(tok, [server.url], policy=model)
     try:
-        with pytest.raises(ValueError, match="constrain_actions"):
-            gen.generate(_prompts(tiny[1], 1), SamplingParams(max_new_tokens=2), constraints=[object()])
+        assert _check_constrained(gen, model, tok, open_tag, temperature) < 1e-5
     finally:
         gen.close()
+
+
+def _sft_sokoban(tmp_path):
+    """configs/sokoban_tiny.yaml (rollout.constrain_actions) and its SFT model, on 64 episodes."""
+    from gigpo.train.config import load_config
+    from gigpo.train.sft import ensure_sft_model
+
+    cfg = load_config(
+        TESTS.parent / "configs" / "sokoban_tiny.yaml", ["sft.episodes=64", f"sft.output_dir={tmp_path / 'sft'}"]
+    )
+    path = ensure_sft_model(cfg, progress=False)
+    return (cfg, *load_policy(path), path)
+
+
+def _constrained_sokoban_rollout(cfg, gen, model, tok) -> float:
+    """A Sokoban rollout sampled through ``gen`` with the config's agent: every response that
+    reached the open tag acts from the admissible moves, the batch carries the masks; returns the
+    first update's approx_kl (0 when the sampling log-probs are the masked ones the trainer
+    recomputes; clipfrac then 0)."""
+    from gigpo.envs import make_tasks
+    from gigpo.envs.manager import GroupedEnvs
+    from gigpo.rollout import rollout
+    from gigpo.train.config import TrainConfig, build_agent
+    from gigpo.train.update import PolicyUpdater
+
+    tasks = make_tasks("sokoban", "train", n=2, seed=5, **cfg.env.task_kwargs)
+    with GroupedEnvs("sokoban", group_size=4, max_steps=3) as envs:
+        params = SamplingParams(temperature=1.0, max_new_tokens=cfg.rollout.max_response_tokens, seed=0)
+        batch = rollout(envs, tasks, gen, tok, build_agent(cfg, tok), params)
+    tagged = [i for i in range(batch.num_rows) if "<action>" in batch.response_text[i]]
+    assert batch.allowed is not None and len(tagged) >= batch.num_rows // 2, list(batch.response_text)
+    assert all(batch.allowed[i] and batch.action[i] in ("up", "down", "left", "right") for i in tagged)
+    up = PolicyUpdater(
+        model, TrainConfig(lr=1e-4, mini_batch_rows=batch.num_rows, ppo_epochs=1), pad_token_id=0, temperature=1.0
+    )
+    ones = np.ones(batch.num_rows, np.float32)
+    m = up.update(batch.prompt_ids, batch.response_ids, ones, list(batch.logprobs), allowed=batch.allowed)
+    print(f"\nconstrained sokoban: {batch.num_rows} rows, {len(tagged)} tagged, approx_kl {m['approx_kl']:.2e}")
+    assert m["clipfrac"] == 0.0
+    return float(m["approx_kl"])
+
+
+@pytest.mark.slow
+def test_constrained_sokoban_rollout(tmp_path):
+    """The rollout loop, the agent's constraints and the update through a server: the SFT model
+    served by the stand-in (``_constrained_sokoban_rollout``)."""
+    cfg, model, tok, path = _sft_sokoban(tmp_path)
+    srv = FakeServer(path).start()
+    gen = ServerGenerator(tok, [srv.url], policy=model)
+    try:
+        assert abs(_constrained_sokoban_rollout(cfg, gen, model, tok)) < 1e-6
+    finally:
+        gen.close()
+        srv.stop()
+
+
+def test_constraints_need_a_server_that_applies_allowed_token_ids(tiny, server):
+    model, tok, _ = tiny
+    server.state.allowed_ids = False
+    gen = ServerGenerator(tok, [server.url], policy=model)
+    try:
+        gen.generate(_prompts(tok, 1), SamplingParams(max_new_tokens=4, seed=0))  # unconstrained: fine
+        with pytest.raises(ServerError, match="does not apply allowed_token_ids"):
+            cons = [ActionVocab(tok, open_tag=None).constraint(ACTIONS)]
+            gen.generate(_prompts(tok, 1), SamplingParams(max_new_tokens=4, seed=0), constraints=cons)
+    finally:
+        gen.close()
+    with pytest.raises(ValueError, match="at least one allowed action"):
+        ActionVocab(tok).constraint([])
 
 
 def test_config_validation():
@@ -305,10 +429,10 @@ def test_config_validation():
 
     cfg = load_config(None, ["rollout.backend=server", "rollout.server.urls=[http://127.0.0.1:9]"])
     assert cfg.rollout.server.urls == ["http://127.0.0.1:9"]
+    assert load_config(None, ["rollout.backend=server", "rollout.constrain_actions=true"]).rollout.constrain_actions
     bad = {
         "rollout.backend": ["rollout.backend=vllm"],
         "rollout.server.urls": ["rollout.server.urls=[127.0.0.1:8000]"],
-        "rollout.constrain_actions": ["rollout.backend=server", "rollout.constrain_actions=true"],
         "rollout.server.concurrency": ["rollout.server.concurrency=0"],
         "rollout.server.max_restarts": ["rollout.server.max_restarts=-1"],
     }
@@ -593,6 +717,21 @@ def test_vllm_exact_token_contract(tiny, vllm):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("open_tag, temperature", [("h", 1.0), (None, 0.7)])
+def test_vllm_constrained_decoding_matches_the_trainers_masked_log_probs(tiny, vllm, open_tag, temperature):
+    """rollout.constrain_actions on the real engine (``_check_constrained``): vLLM applies
+    allowed_token_ids before its processed log-probs, within 1e-5 of the trainer's masked ones."""
+    model, tok, _ = tiny
+    gen = ServerGenerator(tok, [vllm.url], policy=model, logprob_tolerance=1e-4)
+    try:
+        diff = _check_constrained(gen, model, tok, open_tag, temperature)
+        print(f"\nconstrained, open tag {open_tag!r}, temperature {temperature}: max |vLLM - trainer| {diff:.2e}")
+        assert diff < 1e-5
+    finally:
+        gen.close()
+
+
+@pytest.mark.slow
 def test_vllm_weight_sync_changes_samples(tiny, vllm, tmp_path):
     model, tok, path = tiny
     gen = ServerGenerator(tok, [vllm.url], policy=model, sync_dir=tmp_path / "w", logprob_tolerance=1e-3)
@@ -645,6 +784,21 @@ def test_vllm_training_run(vllm, tmp_path):
         assert x["tokens/response"] > 0
     assert train[1]["time/weight_sync"] > 0
     assert os.path.isdir(tmp_path / "run" / "model")
+
+
+@pytest.mark.slow
+def test_vllm_constrained_sokoban_rollout(tiny, vllm, tmp_path):
+    """``_constrained_sokoban_rollout`` on vLLM, the SFT model synced to it."""
+    cfg, model, tok, _ = _sft_sokoban(tmp_path)
+    gen = ServerGenerator(tok, [vllm.url], policy=model, sync_dir=tmp_path / "w", logprob_tolerance=1e-4, probe=False)
+    try:
+        gen.probe(compare=False)  # the server holds the fixture's weights until the sync (which compares)
+        gen.sync_weights(model, 1)
+        kl = _constrained_sokoban_rollout(cfg, gen, model, tok)
+        gen.sync_weights(tiny[0], 2)  # the fixture's weights back for the other tests
+    finally:
+        gen.close()
+    assert abs(kl) < 1e-6
 
 
 @pytest.mark.slow

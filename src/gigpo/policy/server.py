@@ -14,6 +14,12 @@ recomputation (``token_logprobs``) within ``logprob_tolerance``. That last check
 that returns raw instead of sampling log-probs (vLLM: start it with ``--logprobs-mode
 processed_logprobs``) or serves other weights.
 
+Action constraints (``rollout.constrain_actions``: ``generate(..., constraints=...)``, as
+``HFGenerator`` takes them): a constrained row is sampled as ``HFGenerator`` samples it, in
+several requests (``_constrained``): free text that stops at the open tag, then each restricted
+token with ``allowed_token_ids`` (vLLM masks the logits to them before its sampling log-probs).
+The first constrained call checks that every server applies them (``check_masking``).
+
 Weight sync (``sync_weights``): the policy is written to a new directory under ``sync_dir``
 (atomically) and every server reloads it in place (vLLM's dev-mode ``POST /collective_rpc``
 ``reload_weights`` with ``weights_path``, then ``POST /reset_prefix_cache``: cached prefixes were
@@ -144,6 +150,7 @@ class ServerGenerator:
         self.policy_version: int | None = None  # the weights version the servers hold (sync_weights)
         self.server_log = ""  # where a server's log is, for messages (a server gigpo started)
         self.ids_field = "token_ids"  # or "tokens" (return_tokens_as_token_ids), set by the probe
+        self._masks_checked = False  # check_masking passed on every server (at the first constrained call)
         # ``revive(url, error) -> bool``: bring a server that is down back with the weights of
         # ``policy_version`` (True), or decline (False: the error stands). Module docstring.
         self.revive: Callable[[str, str], bool] | None = None
@@ -294,33 +301,38 @@ class ServerGenerator:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, constraints: Sequence | None = None
     ) -> list[Generation]:
-        """One response per prompt, sampled by the servers (see module docstring)."""
+        """One response per prompt, sampled by the servers (see module docstring).
+
+        ``constraints``: per prompt an ``ActionConstraint`` or None (``gigpo.policy.constrain``),
+        as ``HFGenerator.generate`` takes them (``_constrained``)."""
         from gigpo.policy.generate import check_params
 
         check_params(params)
-        if constraints is not None and any(c is not None for c in constraints):
-            raise ValueError(
-                "ServerGenerator cannot apply action constraints (rollout.constrain_actions); "
-                "use rollout.backend=hf for constrained decoding"
-            )
+        cons = list(constraints) if constraints is not None else [None] * len(prompts)
+        if len(cons) != len(prompts):
+            raise ValueError(f"generate: {len(cons)} constraints for {len(prompts)} prompts")
         for i, p in enumerate(prompts):
             if len(p) == 0:
                 raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-        # The bodies carry the per-row seeds, so a call redone after a revival samples as the
-        # interrupted one would have (on a deterministic engine, the same tokens).
-        bodies = [self._body(p, params, row_seed(params.seed, i), params.max_new_tokens) for i, p in enumerate(prompts)]
+        # Each row's requests carry seeds derived from its row seed, so a call redone after a
+        # revival samples as the interrupted one would have (on a deterministic engine, the same tokens).
+        seeds = [row_seed(params.seed, i) for i in range(len(prompts))]
         while True:
             seen = self._revivals
             try:
-                return self._complete_all(bodies)
+                if not self._masks_checked and any(c is not None for c in cons):
+                    for u in self.urls:
+                        self.check_masking(u)
+                    self._masks_checked = True
+                return self._run_all(prompts, params, seeds, cons)
             except ServerDown as e:
                 if not self._revive(e, seen, compare=True):
                     raise
 
-    def _complete_all(self, bodies: list[dict]) -> list[Generation]:
-        """All of ``bodies``, or the first request's error; then the others stop retrying."""
+    def _run_all(self, prompts, params: SamplingParams, seeds: list, cons: list) -> list[Generation]:
+        """``_sample`` of every row, or the first row's error; then the others stop retrying."""
         abort = threading.Event()
-        futs = [self._pool.submit(self._completion, b, abort) for b in bodies]
+        futs = [self._pool.submit(self._sample, p, params, s, c, abort) for p, s, c in zip(prompts, seeds, cons)]
         wait(futs, return_when=FIRST_EXCEPTION)
         for f in futs:
             if f.done() and f.exception() is not None:
@@ -330,8 +342,84 @@ class ServerGenerator:
                 raise f.exception()  # type: ignore[misc]
         return [f.result() for f in futs]
 
+    def _sample(
+        self, prompt, params: SamplingParams, seed: int | None, constraint, abort: threading.Event
+    ) -> Generation:
+        if constraint is None:
+            return self._completion(self._body(prompt, params, seed, params.max_new_tokens), abort)
+        return self._constrained(prompt, params, seed, constraint, abort)
+
     def _completion(self, body: dict, abort: threading.Event | None = None) -> Generation:
         return self._parse(self._post("/v1/completions", body, abort=abort))
+
+    def _constrained(self, prompt, params: SamplingParams, seed: int | None, c, abort=None) -> Generation:
+        """One response under the action constraint ``c``, sampled as ``HFGenerator`` samples it.
+
+        ``c``'s own state machine (``ActionConstraint.allowed`` / ``advance``) walks the response.
+        Free text comes from completions that stop at the open tag (``stop``; the engine matches
+        it on the decoded text, so its tokens are walked here, and tokens after the point where
+        the walk entered the trie are dropped, a stop it missed continues free). Each restricted
+        token is its own one-token completion with ``allowed_token_ids``: vLLM masks the logits
+        to those ids before temperature and top-p, so the returned log-prob is that of the
+        renormalised distribution, as ``token_logprobs(..., allowed=...)`` recomputes it. A
+        position with one allowed id (most of a trie) takes it with log-prob 0, as the masked
+        distribution gives, without a request. Requests after the first carry seeds derived from
+        the row's seed and the position.
+        """
+        st, n = c.start(), int(params.max_new_tokens)
+        ids: list[int] = []
+        lps: list[float] = []
+        allowed: list = []
+        while len(ids) < n and not (ids and ids[-1] in self.eos_ids):
+            k, ok = len(ids), c.allowed(st, self.eos_ids)
+            s = row_seed(seed, k) if k else seed
+            if ok is not None:
+                allowed.append((k, ok))
+            if ok is not None and len(ok) == 1:
+                new = [(int(ok[0]), 0.0)]
+            else:
+                body = self._body([*prompt, *ids], params, s, n - k if ok is None else 1)
+                if ok is not None:
+                    body["allowed_token_ids"] = [int(t) for t in ok]
+                elif st.mode == "free":
+                    body.update(stop=[c.vocab.open_tag], skip_special_tokens=False)
+                g = self._completion(body, abort)
+                new = list(zip(g.token_ids.tolist(), g.logprobs.tolist()))
+                if ok is not None and (len(new) != 1 or new[0][0] not in ok):
+                    raise ServerError(
+                        f"inference server returned tokens {[t for t, _ in new]} for a completion with "
+                        f"allowed_token_ids {ok.tolist()}: it does not apply them"
+                    )
+                if not new:  # no token at all (vLLM always gives one): the response ends here
+                    break
+            for t, lp in new:
+                mode = st.mode
+                ids.append(t)
+                lps.append(lp)
+                c.advance(st, t)
+                if mode == "free" and st.mode == "trie":
+                    break  # restricted from the next token on
+        return Generation(
+            token_ids=np.asarray(ids, dtype=np.int32),
+            logprobs=np.asarray(lps, dtype=np.float32),
+            finished=bool(ids and ids[-1] in self.eos_ids),
+            allowed=allowed,
+        )
+
+    def check_masking(self, url: str) -> None:
+        """``url`` applies ``allowed_token_ids`` before its log-probs (what ``_constrained`` needs):
+        a completion allowed one id must return that id with log-prob 0."""
+        ids = self.probe_prompt()[1]
+        params = SamplingParams(temperature=PROBE_TEMPERATURE, max_new_tokens=1)
+        body = {**self._body(ids, params, 0, 1), "allowed_token_ids": [ids[0]]}
+        g = self._parse(self._post("/v1/completions", body, url=url), url)
+        if g.token_ids.tolist() != [ids[0]] or not abs(float(g.logprobs[0])) < 1e-5:
+            raise ServerError(
+                f"inference server {url} does not apply allowed_token_ids: a completion allowed only "
+                f"token {ids[0]} returned {g.token_ids.tolist()} with log-probs {g.logprobs.tolist()}; "
+                "rollout.constrain_actions with rollout.backend=server needs a server that masks the "
+                "logits to allowed_token_ids before its log-probs (vLLM, --logprobs-mode processed_logprobs)"
+            )
 
     def _revive(self, err: ServerDown, seen: int, compare: bool) -> bool:
         """Hand ``err`` to ``revive`` and probe the revived server; True: redo the call.

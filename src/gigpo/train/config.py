@@ -455,10 +455,10 @@ class RolloutConfig:
         _choice(self.backend, "rollout.backend", BACKENDS)
         _choice(self.prompt, "rollout.prompt", PROMPT_FORMS)
         _check(
-            not (self.backend in ("server", "api") and self.constrain_actions),
+            not (self.backend == "api" and self.constrain_actions),
             "rollout.constrain_actions",
-            f"is not available with rollout.backend={self.backend} (the server cannot apply gigpo's "
-            "admissible-action mask); use rollout.backend=hf or rollout.constrain_actions=false",
+            "is not available with rollout.backend=api (a text-only API cannot apply gigpo's "
+            "admissible-action mask); use rollout.backend=hf or server, or rollout.constrain_actions=false",
         )
         _check(
             self.backend != "api" or bool(self.api.model),
