@@ -36,7 +36,7 @@ def _prompts(tok, n=3):
     return [tok(texts[i % len(texts)], add_special_tokens=False)["input_ids"] for i in range(n)]
 
 
-def _recomputed(model, prompts, gens, temperature):
+def _recomputed(model, prompts, gens, temperature, allowed=None):
     with torch.no_grad():
         lp, _, _ = token_logprobs(
             model,
@@ -44,6 +44,7 @@ def _recomputed(model, prompts, gens, temperature):
             [g.token_ids for g in gens],
             pad_token_id=0,
             temperature=temperature,
+            allowed=allowed,
         )
     return [lp[i, : len(g.token_ids)].numpy() for i, g in enumerate(gens)]
 
@@ -326,16 +327,8 @@ def _check_constrained(gen, model, tok, open_tag, temperature) -> float:
             free += 1
     assert entered and (free or open_tag is None)
     assert all(np.array_equal(x.token_ids, y.token_ids) for x, y in zip(out, again))
-    with torch.no_grad():
-        lp, _, _ = token_logprobs(
-            model,
-            [np.asarray(p) for p in prompts],
-            [g.token_ids for g in out],
-            pad_token_id=0,
-            temperature=temperature,
-            allowed=[g.allowed for g in out],
-        )
-    return max(float(np.abs(g.logprobs - lp[i, : len(g.token_ids)].numpy()).max()) for i, g in enumerate(out))
+    ref = _recomputed(model, prompts, out, temperature, allowed=[g.allowed for g in out])
+    return max(float(np.abs(g.logprobs - r).max()) for g, r in zip(out, ref))
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,16 @@ LEGEND = {
     PLAYER: "player",
     PLAYER_ON_TARGET: "player on target",
 }
+# A neighbour in ``Level.describe``: what stands there, whether or not on a target.
+_NEIGHBOUR = {
+    WALL: "wall",
+    FLOOR: "floor",
+    TARGET: "target",
+    BOX: "box",
+    BOX_ON_TARGET: "box",
+    PLAYER: "player",
+    PLAYER_ON_TARGET: "player",
+}
 ACTIONS = ("up", "down", "left", "right")
 GRID_STYLES = ("verl-agent", "compact", "annotated")
 _DELTAS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
@@ -83,22 +93,22 @@ class Level:
         boxes = self.boxes if boxes is None else boxes
         rows = []
         for r in range(self.height):
-            row = []
-            for c in range(self.width):
-                i = r * self.width + c
-                on_target = i in self.targets
-                if i not in self.floor:
-                    row.append(WALL)
-                elif i in boxes:
-                    row.append(BOX_ON_TARGET if on_target else BOX)
-                elif i == player:
-                    row.append(PLAYER_ON_TARGET if on_target else PLAYER)
-                else:
-                    row.append(TARGET if on_target else FLOOR)
+            row = [self._cell(r * self.width + c, player, boxes) for c in range(self.width)]
             rows.append("".join(f" {ch} \t" for ch in row) if style != "compact" else "".join(row))
         if style == "annotated":
             rows.append(self.describe(player, boxes))
         return "\n".join(rows)
+
+    def _cell(self, i: int, player: int, boxes: frozenset[int]) -> str:
+        """The legend symbol of cell ``i`` in the state (player, boxes)."""
+        on_target = i in self.targets
+        if i not in self.floor:
+            return WALL
+        if i in boxes:
+            return BOX_ON_TARGET if on_target else BOX
+        if i == player:
+            return PLAYER_ON_TARGET if on_target else PLAYER
+        return TARGET if on_target else FLOOR
 
     def describe(self, player: int, boxes: frozenset[int]) -> str:
         """The state in words: the player's cell and its four neighbours, then each box's cell, its
@@ -120,22 +130,7 @@ class Level:
             return f"{v}, {h}"
 
         def around(i: int) -> str:
-            names = []
-            for a in ACTIONS:
-                j = i + self.delta(a)
-                what = (
-                    "wall"
-                    if j not in self.floor
-                    else "box"
-                    if j in boxes
-                    else "player"
-                    if j == player
-                    else "target"
-                    if j in self.targets
-                    else "floor"
-                )
-                names.append(f"{a} {what}")
-            return ", ".join(names)
+            return ", ".join(f"{a} {_NEIGHBOUR[self._cell(i + self.delta(a), player, boxes)]}" for a in ACTIONS)
 
         lines = [f"player: {cell(player)}; {around(player)}"]
         for b in sorted(boxes):
