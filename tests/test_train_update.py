@@ -166,3 +166,78 @@ def test_step_does_not_depend_on_micro_batching(agg):
     for k in ("loss", "pg_loss", "grad_norm"):
         assert m2[k] == pytest.approx(m1[k], rel=1e-5), k
     assert max(float((a - b).abs().max()) for a, b in zip(p1, p2)) < 2e-5
+
+
+def _repeated_rows(seed=0):
+    """12 rows where several are one sample repeated with different advantages of one sign, one
+    pair repeats with advantages of both signs, and the rest are distinct."""
+    prompts, responses, adv = _rows(6, seed)
+    rep = [0, 0, 0, 1, 1, 2, 3, 4, 5, 5, 2, 2]
+    adv_rep = np.array([0.5, 1.5, 2.0, -0.3, -1.1, 0.7, 0.2, -0.9, 1.2, -1.2, 0.1, 0.0], np.float32)
+    return [prompts[i] for i in rep], [responses[i] for i in rep], adv_rep
+
+
+def test_identical_row_groups_split_by_sign_tokens_and_old_logprobs():
+    from gigpo.train.update import identical_row_groups
+
+    prompts, responses, adv = _repeated_rows()
+    old = batched_logprobs(_model(), prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+    groups = [g.tolist() for g in identical_row_groups(prompts, responses, adv, old)]
+    # row 11 (A = 0) joins row 2's sample only with non-positive advantages: none here, so alone
+    assert groups == [[0, 1, 2], [3, 4], [5, 10], [6], [7], [8], [9], [11]]
+    # old log-probs that differ (another policy version) keep rows apart
+    old2 = list(old)
+    old2[1] = np.asarray(old[1]) + 1e-3
+    assert [g.tolist() for g in identical_row_groups(prompts, responses, adv, old2)][:2] == [[0, 2], [1]]
+    # different constrained positions keep rows apart
+    allowed = [None] * 12
+    allowed[2] = [(0, np.array([1, 2, 3]))]
+    assert [0, 1] in [g.tolist() for g in identical_row_groups(prompts, responses, adv, old, allowed)]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_merging_identical_rows_gives_the_same_step_with_fewer_rows(agg):
+    """One mini-batch of 12 rows with repeats: merged into 8 weighted rows, the loss, metrics and
+    new weights equal those of the 12 rows (entropy and KL terms included)."""
+    prompts, responses, adv = _repeated_rows()
+    ref = batched_logprobs(_model(1), prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+    out = []
+    for merge in (False, True):
+        m = _model()
+        # the update runs two epochs: the second one's ratios are not 1 and some tokens clip
+        cfg = TrainConfig(
+            lr=3e-2, mini_batch_rows=12, ppo_epochs=2, pad_multiple=1, loss_agg_mode=agg, merge_identical_rows=merge
+        )
+        old = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+        up = PolicyUpdater(m, cfg, pad_token_id=0)
+        out.append((up.update(prompts, responses, adv, old, ref_logp=ref, seed=1), _params(m)))
+    (m1, p1), (m2, p2) = out
+    assert (m1["distinct_rows"], m2["distinct_rows"]) == (12, 8)
+    assert m1["clipfrac"] > 0
+    for k in ("loss", "pg_loss", "kl", "entropy", "clipfrac", "approx_kl", "grad_norm"):
+        assert m2[k] == pytest.approx(m1[k], rel=1e-5, abs=1e-7), k
+    # Adam divides by sqrt(v): weights with near-zero gradients move by rounding noise; the others
+    # agree to well below a step (lr 3e-2)
+    assert max(float((a - b).abs().max()) for a, b in zip(p1, p2)) < 2e-4
+
+
+def test_merged_rows_count_as_their_rows_in_mini_batches():
+    from gigpo.train.update import weighted_mini_batches
+
+    order = np.arange(5)
+    assert [b.tolist() for b in weighted_mini_batches(order, np.ones(5), 2)] == [[0, 1], [2, 3], [4]]
+    assert [b.tolist() for b in weighted_mini_batches(order, np.array([3.0, 1, 1, 1, 2]), 3)] == [[0], [1, 2, 3], [4]]
+    # no remainder batch of one row: two batches of about equal size
+    assert [b.tolist() for b in weighted_mini_batches(order, np.ones(5), 4)] == [[0, 1, 2], [3, 4]]
+    assert [len(b) for b in weighted_mini_batches(np.arange(322), np.ones(322), 64)] == [54, 54, 53, 54, 54, 53]
+    prompts, responses, adv = _repeated_rows()
+    old = batched_logprobs(_model(), prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+    for merge in (False, True):
+        cfg = TrainConfig(lr=1e-3, mini_batch_rows=4, use_kl=False, entropy_coef=0.0, merge_identical_rows=merge)
+        out = PolicyUpdater(_model(), cfg, pad_token_id=0).update(prompts, responses, adv, old)
+        assert out["distinct_rows"] == (8 if merge else 12)
+    # per-token advantages (PPO's critic) differ between repeats: no merging
+    tok = [np.full(len(r), a, np.float32) for r, a in zip(responses, adv)]
+    cfg = TrainConfig(lr=1e-3, mini_batch_rows=4, use_kl=False, entropy_coef=0.0)
+    out = PolicyUpdater(_model(), cfg, pad_token_id=0).update(prompts, responses, adv, old, token_advantages=tok)
+    assert out["distinct_rows"] == 12

@@ -484,7 +484,19 @@ class TrainConfig:
     schedule: str = F("constant", "learning-rate schedule after warm-up: constant or cosine")
     grad_clip: float = F(1.0, "max global gradient norm (0 = no clipping)")
     ppo_epochs: int = F(1, "passes over each iteration's rows")
-    mini_batch_rows: int = F(256, "step rows per optimizer step (verl-agent: ppo_mini_batch_size)")
+    mini_batch_rows: int = F(
+        256,
+        "step rows per optimizer step, at most (verl-agent: ppo_mini_batch_size); an iteration's "
+        "rows are split into ceil(rows / mini_batch_rows) mini-batches of about equal size",
+    )
+    merge_identical_rows: bool = F(
+        True,
+        "update rows that are one sample repeated (same prompt, response and advantage sign, as "
+        "in a state every rollout passes) as one row weighted by their count: the same loss and "
+        "gradient for a mini-batch holding them, one forward/backward instead of many; a merged "
+        "row counts as its rows in train.mini_batch_rows. Not with per-token advantages (PPO's "
+        "critic) or policy_loss=gspo",
+    )
     micro_token_budget: int = F(8192, "max padded tokens per micro-batch (gradient accumulation)")
     pad_multiple: int = F(
         64,

@@ -23,7 +23,7 @@ import torch
 
 from gigpo.policy.base import pad_rows
 from gigpo.train.loss import token_budget_microbatches, value_loss
-from gigpo.train.update import autocast_context, pad_float_rows, padded_lengths
+from gigpo.train.update import autocast_context, pad_float_rows, padded_lengths, weighted_mini_batches
 
 
 class SharedCritic(torch.nn.Module):
@@ -165,9 +165,9 @@ class CriticUpdater:
         skipped = 0
         n = len(prompts)
         for _epoch in range(t.ppo_epochs):
-            order = rng.permutation(n)
-            for s in range(0, n, t.mini_batch_rows):
-                ok = self._step(order[s : s + t.mini_batch_rows], prompts, responses, old_values, returns, acc)
+            # the policy update's mini-batches: equal sizes, no remainder batch
+            for rows in weighted_mini_batches(rng.permutation(n), np.ones(n), t.mini_batch_rows):
+                ok = self._step(rows, prompts, responses, old_values, returns, acc)
                 skipped += 0 if ok else 1
         out = {k: float(np.mean(v)) for k, v in acc.items()}
         out["skipped_updates"] = skipped

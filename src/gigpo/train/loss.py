@@ -63,7 +63,8 @@ def agg_loss(loss: torch.Tensor, mask: torch.Tensor, mode: str, norm: Norm | Non
     if mode == "seq-mean-token-sum":
         return row_sum.sum() / max(rows, 1)
     if mode == "seq-mean-token-mean":
-        return (row_sum / mask.sum(-1).clamp_min(1.0)).sum() / max(rows, 1)
+        # a row's token count, whatever weight its mask carries (a merged row: the rows it stands for)
+        return (row_sum / (mask > 0).sum(-1).clamp_min(1)).sum() / max(rows, 1)
     raise ValueError(f"unknown loss_agg_mode {mode!r}; use one of {list(AGG_MODES)}")
 
 

@@ -9,7 +9,10 @@ Row inputs (N rows, one per agent step):
                                    docs/algorithm.md#ppo-with-a-learned-critic)
     old_logp / ref_logp  list of float arrays (len = response length) or None
 
-Mini-batches of ``mini_batch_rows`` rows each make one optimizer step; inside, rows are split into
+Rows that are one sample repeated (a state every rollout passes, the same action taken there) are
+merged into one row weighted by their count (``identical_row_groups``; exact, see there). An
+iteration's rows are cut into ``ceil(rows / mini_batch_rows)`` mini-batches of about equal size,
+each one optimizer step (``weighted_mini_batches``); inside, rows are split into
 micro-batches under a padded-token budget (``loss.token_budget_microbatches``) and gradients are
 accumulated, each micro-batch's loss being its share of the mini-batch's (``loss.Norm``: sums
 divided by the mini-batch's token or row count), so the step's loss and gradient do not depend on
@@ -51,6 +54,52 @@ def pad_float_rows(seqs, idx, width: int, device) -> torch.Tensor:
 def padded_lengths(prompts, responses, multiple: int = 1) -> list[int]:
     """Row lengths as ``token_logprobs(..., pad_multiple=multiple)`` pads them (for the token budget)."""
     return [-(-(len(p) + len(r)) // multiple) * multiple for p, r in zip(prompts, responses)]
+
+
+def identical_row_groups(prompts, responses, advantages, old_logp, allowed=None, tol: float = 1e-5) -> list[np.ndarray]:
+    """The update's rows grouped where they are one sample repeated: the same prompt and response
+    tokens, the same constrained positions, advantages of one sign (0 goes with the negatives) and
+    old log-probs within ``tol`` of the group's first row. Rows of a repeated state (a Sokoban grid
+    every rollout passes, the same action taken there) are such groups.
+
+    Why merging them is exact: the clipped surrogate with dual clip is ``|A| * h(ratio)`` with one
+    ``h`` per sign of A, so k rows of one sign sum to ``k * mean(A) * h(ratio)``: one row of weight
+    k and advantage mean(A). Entropy and KL terms do not involve A and weigh k times as well.
+    Returns the groups as index arrays, in order of their first row.
+    """
+    buckets: dict[tuple, list[int]] = {}
+    groups: list[list[int]] = []
+    for i in range(len(prompts)):
+        a = allowed[i] if allowed is not None else None
+        akey = tuple((int(k), np.asarray(ids).tobytes()) for k, ids in a) if a else None
+        key = (np.asarray(prompts[i]).tobytes(), np.asarray(responses[i]).tobytes(), bool(advantages[i] > 0), akey)
+        lp = np.asarray(old_logp[i], dtype=np.float64)
+        for g in buckets.setdefault(key, []):
+            first = np.asarray(old_logp[groups[g][0]], dtype=np.float64)
+            if np.abs(lp - first).max(initial=0.0) <= tol:
+                groups[g].append(i)
+                break
+        else:
+            buckets[key].append(len(groups))
+            groups.append([i])
+    return [np.asarray(g) for g in groups]
+
+
+def _mean_rows(seqs, groups) -> list:
+    """Per group, the mean of the rows' float arrays (the row itself for a group of one)."""
+    return [seqs[g[0]] if len(g) == 1 else np.mean([np.asarray(seqs[i], np.float64) for i in g], 0) for g in groups]
+
+
+def weighted_mini_batches(order: np.ndarray, weights: np.ndarray, rows: int) -> list[np.ndarray]:
+    """``order`` cut into ``ceil(total / rows)`` consecutive mini-batches of about equal weight
+    (a merged row counts as the rows it stands for and is not split). Equal sizes instead of full
+    ones and a remainder: a remainder of a few rows would get a whole optimizer step of its own
+    (Adam's step does not shrink with the batch). ``rows`` dividing the total gives slices of ``rows``."""
+    cum = np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+    total = float(cum[-1]) if len(cum) else 0.0
+    k = max(1, math.ceil(total / rows - 1e-9))
+    cuts = [int(np.searchsorted(cum, total * j / k - 1e-6)) + 1 for j in range(1, k)]
+    return [b for b in np.split(order, cuts) if len(b)]
 
 
 def native_bf16(device_type: str) -> bool:
@@ -243,31 +292,58 @@ class PolicyUpdater:
         vt = (old_values, returns) if returns is not None else None
         cfg, model = self.cfg, self.model
         model.train()
-        n = len(prompts)
         adv = np.asarray(advantages, dtype=np.float32)
+        weights = np.ones(len(prompts), dtype=np.float32)
+        # Per-token advantages and value targets differ between repeats of a row; GSPO's
+        # per-row ratio is not written for weighted rows. Those update every row as it is.
+        if cfg.merge_identical_rows and token_advantages is None and vt is None and cfg.policy_loss == "ppo":
+            groups = identical_row_groups(prompts, responses, adv, old_logp, allowed)
+            if len(groups) < len(prompts):
+                first = [int(g[0]) for g in groups]
+                prompts, responses = [prompts[i] for i in first], [responses[i] for i in first]
+                allowed = [allowed[i] for i in first] if allowed is not None else None
+                weights = np.array([len(g) for g in groups], dtype=np.float32)
+                adv = np.array([adv[g].mean() for g in groups], dtype=np.float32)
+                old_logp = _mean_rows(old_logp, groups)
+                ref_logp = _mean_rows(ref_logp, groups) if ref_logp is not None else None
+        n = len(prompts)
         rng = np.random.default_rng(seed)
         acc: dict[str, list[float]] = defaultdict(list)
         skipped = 0
         for _epoch in range(cfg.ppo_epochs):
-            order = rng.permutation(n)
-            for start in range(0, n, cfg.mini_batch_rows):
-                rows = order[start : start + cfg.mini_batch_rows]
-                ok = self._step(rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages, vt)
+            for rows in weighted_mini_batches(rng.permutation(n), weights, cfg.mini_batch_rows):
+                ok = self._step(
+                    rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages, vt, weights
+                )
                 skipped += 0 if ok else 1
         self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in acc.items()}  # means over optimizer steps
         out["skipped_updates"] = skipped
+        out["distinct_rows"] = n
         out["lr"] = self.optimizer.param_groups[0]["lr"]
         return out
 
     def _step(
-        self, rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed=None, token_adv=None, vt=None
+        self,
+        rows,
+        prompts,
+        responses,
+        adv,
+        old_logp,
+        ref_logp,
+        acc,
+        allowed=None,
+        token_adv=None,
+        vt=None,
+        weights=None,
     ) -> bool:
         """One optimizer step on the mini-batch ``rows`` (this rank's share of it under ``dist``);
-        appends the step's metrics to ``acc``; False when the step was skipped (non-finite)."""
+        appends the step's metrics to ``acc``; False when the step was skipped (non-finite).
+        ``weights``: per row, how many identical rows it stands for (``identical_row_groups``)."""
         cfg, model, dist, dev = self.cfg, self.model, self.dist, next(self.model.parameters()).device
+        w = weights if weights is not None else np.ones(len(prompts), dtype=np.float32)
         # The loss's denominators are the whole mini-batch's, whichever rows this rank holds.
-        norm = Norm(tokens=float(sum(len(responses[i]) for i in rows)), rows=float(len(rows)))
+        norm = Norm(tokens=float(sum(w[i] * len(responses[i]) for i in rows)), rows=float(sum(w[i] for i in rows)))
         lengths = padded_lengths([prompts[i] for i in rows], [responses[i] for i in rows], cfg.pad_multiple)
         mine = dist.shard(list(rows), lengths) if dist.enabled else list(rows)
         lengths = padded_lengths([prompts[i] for i in mine], [responses[i] for i in mine], cfg.pad_multiple)
@@ -297,6 +373,9 @@ class PolicyUpdater:
                         with_hidden=vt is not None,
                     )
                     values = self.value_head.head(hidden[0]) * mask if vt is not None else None
+                if weights is not None and mb is not None:
+                    # a merged row's tokens count once per row it stands for, in loss and metrics
+                    mask = mask * torch.as_tensor(w[idx], device=dev)[:, None]
                 width = lp.shape[1]
                 old = pad_float_rows(old_logp, idx, width, dev)
                 ref = pad_float_rows(ref_logp, idx, width, dev) if ref_logp is not None else None
