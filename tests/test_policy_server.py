@@ -210,6 +210,7 @@ def test_a_server_that_dies_during_weight_sync_is_revived_and_loaded(tiny, serve
 
     try:
         gen.revive = revive
+        gen._masks_checked = True  # as after a constrained call
         new, _ = load_policy(path)
         with torch.no_grad():
             for p in new.parameters():
@@ -218,6 +219,7 @@ def test_a_server_that_dies_during_weight_sync_is_revived_and_loaded(tiny, serve
         gen.sync_weights(new, 1)
         target = str(tmp_path / "w" / "v000001")
         assert calls == [server.url] and gen.policy_version == 1 and server.state.reloads == [target, target]
+        assert not gen._masks_checked  # the restarted server's masking is checked again
         gen.revive = lambda url, error: False  # declined: the error stands
         server.state.dead = True
         with pytest.raises(ServerError, match=f"{server.url} failed /v1/completions"):

@@ -436,6 +436,7 @@ class ServerGenerator:
                 if not self.revive(err.url, str(err)):
                     return False
                 self._revivals += 1
+                self._masks_checked = False  # a restarted server is checked again at the next constrained call
                 self.probe(compare=compare)
         return True
 
