@@ -45,8 +45,12 @@ $(VLLM_VENV)/.gigpo-installed: Makefile
 train: setup
 	$(BIN)/gigpo train --config configs/alfworld_tiny.yaml
 
+# Test files run in parallel, one file per worker (module fixtures such as an SFT'd model are built
+# once), one worker per core up to 4; most tests use one torch thread, so a serial run leaves cores idle.
+PYTEST_PAR ?= -n auto --maxprocesses 4 --dist loadfile
+
 test: setup browser
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) --durations=25
 
 # The real-engine tests of rollout.backend=server (tests/test_policy_server.py -k vllm); `make test`
 # runs them too when .venv-vllm exists and skips them, naming `make setup-vllm`, when it does not.
@@ -54,7 +58,7 @@ test-vllm: setup setup-vllm
 	$(BIN)/python -m pytest -q tests/test_policy_server.py -k vllm
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
