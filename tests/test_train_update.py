@@ -241,3 +241,36 @@ def test_merged_rows_count_as_their_rows_in_mini_batches():
     cfg = TrainConfig(lr=1e-3, mini_batch_rows=4, use_kl=False, entropy_coef=0.0)
     out = PolicyUpdater(_model(), cfg, pad_token_id=0).update(prompts, responses, adv, old, token_advantages=tok)
     assert out["distinct_rows"] == 12
+
+
+def test_target_kl_ends_the_update_at_the_first_mini_batch_already_that_far_from_the_sampler():
+    prompts, responses, adv = _rows(n=12)
+    old = batched_logprobs(_model(), prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+    kw = dict(lr=3e-2, mini_batch_rows=3, ppo_epochs=2, use_kl=False, entropy_coef=0.0)
+    free = PolicyUpdater(_model(), TrainConfig(**kw), pad_token_id=0).update(prompts, responses, adv, old)
+    assert free["optimizer_steps"] == 8 and free["kl_stopped"] == 0 and free["kl_k3"] > 0
+    # the first mini-batch sees the sampler's own policy (KL 0) and always steps; at lr 3e-2 the
+    # second sees the first step's move, above this target, and ends the update untrained
+    m = _model()
+    out = PolicyUpdater(m, TrainConfig(**kw, target_kl=1e-4), pad_token_id=0).update(prompts, responses, adv, old)
+    assert out["optimizer_steps"] == 1 and out["kl_stopped"] == 1 and out["kl_k3"] == pytest.approx(0.0, abs=1e-6)
+    # the stopped update's weights are one step's: the first mini-batch alone, same order and seed
+    one = _model()
+    rows = np.random.default_rng(0).permutation(12)[:3]
+    PolicyUpdater(one, TrainConfig(**{**kw, "ppo_epochs": 1, "mini_batch_rows": 3}), pad_token_id=0).update(
+        [prompts[i] for i in rows], [responses[i] for i in rows], adv[rows], [old[i] for i in rows]
+    )
+    # (to summation order: the reference permutes its 3 rows again)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(m.parameters(), one.parameters()))
+    new = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(new, old)) > 0.1  # that one step moved it
+    # a target the update never reaches changes nothing
+    wide = PolicyUpdater(_model(), TrainConfig(**kw, target_kl=10.0), pad_token_id=0).update(
+        prompts, responses, adv, old
+    )
+    assert wide["optimizer_steps"] == 8 and wide["pg_loss"] == pytest.approx(free["pg_loss"], abs=1e-6)
+
+
+def test_target_kl_must_not_be_negative():
+    with pytest.raises(ValueError, match="train.target_kl"):
+        TrainConfig(target_kl=-0.1).validate()

@@ -497,6 +497,13 @@ class TrainConfig:
         "row counts as its rows in train.mini_batch_rows. Not with per-token advantages (PPO's "
         "critic) or policy_loss=gspo",
     )
+    target_kl: float = F(
+        0.0,
+        "stop an iteration's update early, before the optimizer step of the first mini-batch "
+        "whose mean KL to the sampling policy (k3 estimate, (r - 1) - log r, over its tokens) "
+        "exceeds this (as PPO implementations' target_kl); the remaining mini-batches of the "
+        "iteration are not trained on. 0 = off",
+    )
     micro_token_budget: int = F(8192, "max padded tokens per micro-batch (gradient accumulation)")
     pad_multiple: int = F(
         64,
@@ -583,7 +590,7 @@ class TrainConfig:
         _check(self.clip_high >= 0, "train.clip_high", "must be >= 0")
         _check(self.dual_clip_c > 1, "train.dual_clip_c", f"must be > 1, got {self.dual_clip_c}")
         _check(self.dynamic_sampling_rounds >= 0, "train.dynamic_sampling_rounds", "must be >= 0")
-        for k in ("weight_decay", "warmup_iterations", "grad_clip", "kl_coef", "entropy_coef"):
+        for k in ("weight_decay", "warmup_iterations", "grad_clip", "kl_coef", "entropy_coef", "target_kl"):
             _check(getattr(self, k) >= 0, f"train.{k}", "must be >= 0")
         _check(
             not self.skip_zero_advantage_rows or (not self.use_kl and self.entropy_coef == 0),

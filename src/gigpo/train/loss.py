@@ -91,6 +91,7 @@ class PGStats:
     clipfrac: float  # share of tokens (gspo: of rows) where the clipped branch was taken
     clipfrac_lower: float  # share of tokens where the dual clip (A < 0) bound was taken
     approx_kl: float  # masked mean of (old - new) log-prob: how far the update moved
+    kl_k3: float  # masked mean of (r - 1) - log r, r = new / old: the same, >= 0 per token (train.target_kl)
 
 
 def policy_gradient_loss(
@@ -125,6 +126,7 @@ def policy_gradient_loss(
             clipfrac=float(masked_mean((l2 > l1).float(), mask)),
             clipfrac_lower=float(masked_mean(((clipped > l3) & (advantages < 0)).float(), mask)),
             approx_kl=float(masked_mean(-neg_kl, mask)),
+            kl_k3=float(masked_mean(ratio - 1.0 - neg_kl, mask)),
         )
     return agg_loss(per_token, mask, agg_mode, norm), stats
 
@@ -174,6 +176,7 @@ def gspo_loss(
             clipfrac=float(row_clip[rows].mean()) if bool(rows.any()) else 0.0,
             clipfrac_lower=0.0,
             approx_kl=float(masked_mean(-log_ratio, mask)),
+            kl_k3=float(masked_mean(log_ratio.clamp(-20.0, 20.0).exp() - 1.0 - log_ratio, mask)),
         )
     return agg_loss(per_token, mask, GSPO_AGG_MODE, norm), stats
 
@@ -202,7 +205,7 @@ def actor_loss(
     ``policy_loss``: ``ppo`` (``policy_gradient_loss``) or ``gspo`` (``gspo_loss``; ignores
     ``dual_clip_c`` and needs ``agg_mode`` = ``GSPO_AGG_MODE``).
     Returns (loss scalar, metrics dict with pg_loss, entropy, kl (shares like the loss), clipfrac,
-    clipfrac_lower, approx_kl (this micro-batch's own means)).
+    clipfrac_lower, approx_kl, kl_k3 (this micro-batch's own means)).
     """
     if policy_loss == "ppo":
         pg, st = policy_gradient_loss(
@@ -228,6 +231,7 @@ def actor_loss(
         "clipfrac": st.clipfrac,
         "clipfrac_lower": st.clipfrac_lower,
         "approx_kl": st.approx_kl,
+        "kl_k3": st.kl_k3,
     }
     if entropy is not None:
         ent = agg_loss(entropy, mask, agg_mode, norm)

@@ -309,16 +309,22 @@ class PolicyUpdater:
         n = len(prompts)
         rng = np.random.default_rng(seed)
         acc: dict[str, list[float]] = defaultdict(list)
-        skipped = 0
+        status: dict[str, int] = defaultdict(int)
         for _epoch in range(cfg.ppo_epochs):
             for rows in weighted_mini_batches(rng.permutation(n), weights, cfg.mini_batch_rows):
-                ok = self._step(
+                st = self._step(
                     rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages, vt, weights
                 )
-                skipped += 0 if ok else 1
+                status[st] += 1
+                if st == "kl":
+                    break
+            if status["kl"]:
+                break
         self.scheduler.step()
         out = {k: float(np.mean(v)) for k, v in acc.items()}  # means over optimizer steps
-        out["skipped_updates"] = skipped
+        out["skipped_updates"] = status["nonfinite"]
+        out["optimizer_steps"] = status["ok"]
+        out["kl_stopped"] = status["kl"]
         out["distinct_rows"] = n
         out["lr"] = self.optimizer.param_groups[0]["lr"]
         return out
@@ -336,9 +342,11 @@ class PolicyUpdater:
         token_adv=None,
         vt=None,
         weights=None,
-    ) -> bool:
+    ) -> str:
         """One optimizer step on the mini-batch ``rows`` (this rank's share of it under ``dist``);
-        appends the step's metrics to ``acc``; False when the step was skipped (non-finite).
+        appends the step's metrics to ``acc``. Returns "ok", or why the step was not taken:
+        "nonfinite" (loss or gradient), "kl" (the policy is already ``train.target_kl`` away from
+        the sampler's on these rows; the caller ends the update).
         ``weights``: per row, how many identical rows it stands for (``identical_row_groups``)."""
         cfg, model, dist, dev = self.cfg, self.model, self.dist, next(self.model.parameters()).device
         w = weights if weights is not None else np.ones(len(prompts), dtype=np.float32)
@@ -428,7 +436,7 @@ class PolicyUpdater:
         if dist.enabled:
             # Same names on every rank (actor_loss's, a rank without rows sends zeros); the last
             # entry counts the ranks that saw a non-finite loss, so all skip the step together.
-            keys = ["loss", "pg_loss", "clipfrac", "clipfrac_lower", "approx_kl"]
+            keys = ["loss", "pg_loss", "clipfrac", "clipfrac_lower", "approx_kl", "kl_k3"]
             keys += ["entropy"] * (cfg.entropy_coef > 0) + ["kl"] * (ref_logp is not None)
             totals = dist.sum([sums.get(k, 0.0) for k in keys] + [0.0 if finite else 1.0])
             finite = totals[-1] == 0.0
@@ -449,10 +457,15 @@ class PolicyUpdater:
                     f"{self.bad_updates} consecutive updates had a non-finite loss or gradient; stopping. "
                     "Lower train.lr, check the model dtype (float32 is safest), or raise train.max_bad_updates."
                 )
-            return False
+            return "nonfinite"
+        if cfg.target_kl > 0 and sums.get("kl_k3", 0.0) / max(norm.tokens, 1.0) > cfg.target_kl:
+            # Measured before this step: earlier steps moved the policy this far (same decision on
+            # every rank: the sums are all-reduced).
+            self.optimizer.zero_grad(set_to_none=True)
+            return "kl"
         for k, v in sums.items():
             acc[k].append(v if k in _SHARE_METRICS else v / max(norm.tokens, 1.0))
         self.bad_updates = 0
         self.optimizer.step()
         acc["grad_norm"].append(float(gn))
-        return True
+        return "ok"
