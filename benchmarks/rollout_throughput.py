@@ -95,6 +95,7 @@ def bench_server(model_name: str, args) -> None:
         srv_s, srv_tok = _time_generation(gen.generate, batches, params)
         gen.close()
     hf_s, hf_tok = _time_generation(HFGenerator(model, tok).generate, batches, params)
+    bare_s, bare_tok = _time_generation(lambda b, p: bare_generate(model, tok, b, p), batches, params)
     m = batch.meta
     print(
         f"\n== {model_name} on {args.family} via vLLM ({url}{f', started in {start_s:.0f} s' if start_s else ''}): "
@@ -107,7 +108,11 @@ def bench_server(model_name: str, args) -> None:
     print("same prompt batches, generation alone:")
     print(f"  backend server (vLLM): {srv_tok} tokens in {srv_s:.2f} s -> {srv_tok / srv_s:.1f} tokens/s")
     print(f"  backend hf (HFGenerator): {hf_tok} tokens in {hf_s:.2f} s -> {hf_tok / hf_s:.1f} tokens/s")
-    print(f"  server / hf tokens/s = {(srv_tok / srv_s) / (hf_tok / hf_s):.2f}")
+    print(f"  bare HF model.generate: {bare_tok} tokens in {bare_s:.2f} s -> {bare_tok / bare_s:.1f} tokens/s")
+    print(
+        f"  server / hf tokens/s = {(srv_tok / srv_s) / (hf_tok / hf_s):.2f}, "
+        f"server / bare generate = {(srv_tok / srv_s) / (bare_tok / bare_s):.2f}"
+    )
 
 
 def bench(model_name: str, args) -> None:

