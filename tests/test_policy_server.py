@@ -478,7 +478,6 @@ def test_on_a_2_cpu_machine_vllm_computes_on_both_cores_unless_told_otherwise(tm
     assert srv.env()["VLLM_CPU_OMP_THREADS_BIND"] == "0"
 
 
-@pytest.mark.slow
 def _record_batch_versions(tr) -> list:
     """The policy versions of each update's rows, recorded as ``tr`` trains."""
     seen, real_update = [], tr._update
@@ -491,6 +490,7 @@ def _record_batch_versions(tr) -> list:
     return seen
 
 
+@pytest.mark.slow
 def test_training_starts_syncs_and_stops_its_server(tmp_path):
     """``gigpo train`` with rollout.backend=server and no URL: gigpo starts the server (here the
     stand-in), syncs the weights after each update, records versions, stops it at the end."""
