@@ -47,7 +47,9 @@ train: setup
 
 # Test files run in parallel, one file per worker (module fixtures such as an SFT'd model are built
 # once), one worker per core up to 4; most tests use one torch thread, so a serial run leaves cores idle.
-PYTEST_PAR ?= -n auto --maxprocesses 4 --dist loadfile
+# Files go out in collection order, which tests/conftest.py starts with the files of most slow tests,
+# so that the longest files do not end the run alone (xdist's own order puts files of few tests last).
+PYTEST_PAR ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 test: setup browser
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) --durations=25
