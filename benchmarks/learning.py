@@ -134,17 +134,16 @@ COMMON = [
     "log.save_every=1",
     "train.torch_threads=1",
 ]
-# Rough seconds when no finished run exists to calibrate from (measured on the 2-core machine, two
-# runs at a time). Iterations by ``train.autocast``: ALFWorld 39 s (bf16) / 65 s (float32), means
-# of the bf16 and float32 comparisons in docs/results.md; WebShop measured in float32 only, its bf16 figure scaled by
-# ALFWorld's ratio.
+# Rough seconds when no finished run exists to calibrate from (two runs at a time on a 2-core
+# machine), by ``train.autocast``. ALFWorld bf16: 42 s an iteration, the mean of the bf16
+# comparison in docs/results.md (AVX-512 CPU); float32 ("none", what `auto` picks on an AVX2-only
+# CPU): 136 s an iteration and 128 s an eval, the means of the anchor comparison's float32 runs
+# (AVX2-only CPU). WebShop measured in float32 only, Sokoban in bf16 only (the bare-grid prompt:
+# 9.8-11.6 s per iteration, ~6 s per 64-room eval); the other figure scaled by ALFWorld's ratio.
 DEFAULT_COST = {
-    "alfworld": {"iteration": {"bf16": 42.0, "none": 66.0}, "eval": 75.0, "startup": 30.0},
-    "webshop": {"iteration": {"bf16": 38.0, "none": 60.0}, "eval": 30.0, "startup": 30.0},
-    # Sokoban bf16 (the bare-grid prompt of configs/sokoban_tiny.yaml): 9.8-11.6 s per iteration
-    # (medians), ~6 s per 64-room eval, two runs at a time (the 5-seed x 3-variant comparison,
-    # 16 min in all); float32 scaled by ALFWorld's ratio.
-    "sokoban": {"iteration": {"bf16": 10.5, "none": 16.5}, "eval": 6.0, "startup": 15.0},
+    "alfworld": {"iteration": {"bf16": 42.0, "none": 136.0}, "eval": {"bf16": 75.0, "none": 128.0}, "startup": 30.0},
+    "webshop": {"iteration": {"bf16": 19.0, "none": 60.0}, "eval": {"bf16": 17.0, "none": 30.0}, "startup": 30.0},
+    "sokoban": {"iteration": {"bf16": 10.5, "none": 34.0}, "eval": {"bf16": 6.0, "none": 10.0}, "startup": 15.0},
 }
 
 
@@ -372,6 +371,7 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
 
     autocast = load_config(args.config, args.budget_overrides).train.autocast
     cost["iteration"] = cost["iteration"][resolve_autocast(autocast)]
+    cost["eval"] = cost["eval"][resolve_autocast(autocast)]
     done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
     done = [d for d in done if d and d["train"]]
     if done:
