@@ -109,11 +109,11 @@ def test_watchdog_rolls_back_a_planted_collapse(tmp_path, sft_model, monkeypatch
         [
             "env.group_size=4",
             "env.tasks_per_iter=4",
-            "train.iterations=4",
-            # one collapsed iteration suffices here; patience over several is unit-tested
-            "guard.patience=1",
+            "train.iterations=5",
+            "guard.patience=2",
             # without resampling a collapsed iteration costs one round of rollouts, not three
             "train.dynamic_sampling=false",
+            "guard.train_drop=0.2",
             "guard.lr_factor=0.5",
         ],
     )
@@ -121,16 +121,15 @@ def test_watchdog_rolls_back_a_planted_collapse(tmp_path, sft_model, monkeypatch
     assert train[1]["rollout/success"] >= 0.25  # the SFT'd model wins some rooms ...
     assert train[3]["rollout/success"] <= 0.05  # ... and the spike destroyed it
     events = [x for x in lines if x["tag"] == "guard"]
-    assert len(events) == 1 and events[0]["iteration"] == 3 and events[0]["event"] == "rollback"
+    assert len(events) == 1 and events[0]["iteration"] == 4 and events[0]["event"] == "rollback"
     assert "training success" in events[0]["reason"] and events[0]["to_iteration"] <= 1
     assert events[0]["lr"] == pytest.approx(0.5e-4)
-    assert train[3]["train/rows_updated"] == 0  # the collapsed batch was not trained on
-    # the restored model wins again (16 episodes: 0.38 at the start can read 0.12, within the margin)
-    assert train[4]["rollout/success"] > 0 and train[4]["train/rows_updated"] > 0
-    assert train[4]["actor/lr"] == pytest.approx(0.5e-4) and train[4]["guard/rollbacks"] == 1
+    assert train[4]["train/rows_updated"] == 0  # the collapsed batch was not trained on
+    assert train[5]["rollout/success"] >= 0.25  # the restored model wins again
+    assert train[5]["actor/lr"] == pytest.approx(0.5e-4) and train[5]["guard/rollbacks"] == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["rollbacks"] == 1
-    assert "guard, iteration 3" in (run_dir / "report.html").read_text()
+    assert "guard, iteration 4" in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.slow
