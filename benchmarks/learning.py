@@ -369,9 +369,8 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
     )
     from gigpo.train.update import resolve_autocast
 
-    autocast = load_config(args.config, args.budget_overrides).train.autocast
-    cost["iteration"] = cost["iteration"][resolve_autocast(autocast)]
-    cost["eval"] = cost["eval"][resolve_autocast(autocast)]
+    autocast = resolve_autocast(load_config(args.config, args.budget_overrides).train.autocast)
+    cost["iteration"], cost["eval"] = cost["iteration"][autocast], cost["eval"][autocast]
     done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
     done = [d for d in done if d and d["train"]]
     if done:
