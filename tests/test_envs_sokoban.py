@@ -145,6 +145,62 @@ def test_solving_ends_the_episode(env):
     assert (obs2, r2, done2, info2["won"]) == (obs, 0.0, True, True)
 
 
+def test_step_penalty_option():
+    env = make_env("sokoban", grid_style="compact", step_penalty=0.0)
+    env.reset(_task("######", "#P_XO#", "######"))
+    assert env.step("up")[1] == 0.0  # a wall bump
+    assert env.step("jump")[1] == 0.0  # an invalid action
+    obs, r, done, info = env.step("right")
+    assert (r, done, info["won"]) == (0.0, False, False)
+    obs, r, done, info = env.step("right")
+    assert done and r == pytest.approx(1 + 10)
+    for bad in (0.1, "0", True, None):
+        with pytest.raises(ValueError, match="step_penalty must be a number <= 0"):
+            make_env("sokoban", step_penalty=bad)
+
+
+def _lost_episodes(step_penalty: float):
+    """Two lost 3-step episodes of one room that sit in the start grid at steps 0, 1, 2 (A: wall
+    bumps) and 0, 2 (B: down and back up): rewards, trajectory ids, steps and grids per row."""
+    env = make_env("sokoban", grid_style="compact", step_penalty=step_penalty)
+    rows = []
+    for traj, moves in enumerate((["up", "up", "up"], ["down", "up", "up"])):
+        grid, _ = env.reset(_task("######", "#P_X_#", "#___O#", "######"))
+        for t, move in enumerate(moves):
+            nxt, r, _, _ = env.step(move)
+            rows.append((r, traj, t, grid))
+            grid = nxt
+    return [np.array(c) for c in zip(*rows)]
+
+
+@pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
+def test_step_penalty_makes_gigpo_credit_late_visits_of_lost_episodes(mode):
+    """With a per-step penalty and a step budget, a lost episode's return from a state grows with
+    the step it is reached at, and GiGPO's step groups (the state alone) turn that into credit
+    for the later visits; without the penalty lost episodes' returns tie at 0."""
+    from gigpo.advantages import compute_advantages, discounted_returns, episode_scores
+
+    for penalty in (-0.1, 0.0):
+        reward, traj, step, grid = _lost_episodes(penalty)
+        res = compute_advantages(
+            "gigpo",
+            scores=episode_scores(reward, traj),
+            step_returns=discounted_returns(reward, traj, 0.95),
+            episode_ids=np.zeros(len(reward), int),
+            traj_ids=traj,
+            anchors=grid,
+            mode=mode,
+        )
+        start = grid == grid[0]
+        assert start.sum() == 5  # A at 0, 1, 2; B at 0, 2
+        adv = res.step_advantages[start]
+        if penalty:
+            order = np.argsort(step[start], kind="stable")
+            assert np.all(np.diff(adv[order]) >= 0) and adv[order][-1] > 0 > adv[order][0]
+        else:
+            assert np.all(res.step_advantages == 0) and np.all(res.advantages == 0)
+
+
 def test_player_on_target_renders_S(env):
     obs, _ = env.reset(_task("#######", "#_SX__#", "#######"))
     assert obs.split("\n")[1] == "#_SX__#"

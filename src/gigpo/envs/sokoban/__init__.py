@@ -17,9 +17,10 @@ itself RAGEN's), built on gym-sokoban's rules and room generator:
         ignored). Any other text is invalid: the state stays, the observation is
         ``INVALID_ACTION_MESSAGE`` (naming the valid actions) above the grid, the step costs
         the step penalty and ``info["invalid_action"]`` is True.
-    Rewards (gym-sokoban's): -0.1 a step, +1 for pushing a box onto a target, -1 for pushing one
-        off, +10 when all boxes are on targets (the episode ends, ``won``). Walking into a wall or
-        pushing a box into a wall or another box is a valid step that changes nothing.
+    Rewards (gym-sokoban's): -0.1 a step (``make_env(step_penalty=...)``), +1 for pushing a box
+        onto a target, -1 for pushing one off, +10 when all boxes are on targets (the episode
+        ends, ``won``). Walking into a wall or pushing a box into a wall or another box is a valid
+        step that changes nothing.
     ``info`` (see ``gigpo.envs.base``): ``won``, ``score`` (1.0 solved, else 0.0), ``anchor`` (the
         grid: the whole state, so GiGPO's anchor groups are true states; an invalid action's anchor
         is the unchanged grid), ``state_anchor`` (``"player <cell>; boxes [<cell>, ...]"``, the same
@@ -53,14 +54,17 @@ from gigpo.envs.sokoban.solver import SolverError, is_corner_deadlock, solve
 from gigpo.envs.sokoban.tasks import DEFAULT_SIZES, layout_split, make_tasks
 
 
-def make_env(grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) -> SokobanEnv:
+def make_env(
+    grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000, step_penalty: float = STEP_PENALTY
+) -> SokobanEnv:
     """A ``SokobanEnv`` (rooms come with the tasks).
 
     Args:
         grid_style: ``verl-agent`` (spaced cells, verl-agent's text), ``compact`` or ``annotated``.
         solver_max_nodes: the node cap of the expert's BFS.
+        step_penalty: the reward of every step (default -0.1; 0 for none, see ``SokobanEnv``).
     """
-    return SokobanEnv(grid_style=grid_style, solver_max_nodes=solver_max_nodes)
+    return SokobanEnv(grid_style=grid_style, solver_max_nodes=solver_max_nodes, step_penalty=step_penalty)
 
 
 __all__ = [

@@ -50,13 +50,24 @@ class SokobanEnv:
             ``compact`` (one character a cell, the format of ``Task.data["room"]``) or
             ``annotated`` (the ``verl-agent`` grid, then ``Level.describe``'s lines in words).
         solver_max_nodes: the BFS node cap for ``expert_action`` (raises ``SolverError`` past it).
+        step_penalty: the reward every step adds (default -0.1, gym-sokoban's; <= 0). With a
+            penalty and a step budget a lost episode's return from a state grows with the step it
+            is reached at, which GiGPO's step groups (keyed on the state alone) read as credit
+            for late visits; 0 leaves lost episodes' returns at 0 (docs/algorithm.md).
     """
 
     family = "sokoban"
 
-    def __init__(self, grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000) -> None:
+    def __init__(
+        self, grid_style: str = "verl-agent", solver_max_nodes: int = 1_000_000, step_penalty: float = STEP_PENALTY
+    ) -> None:
         if grid_style not in GRID_STYLES:
             raise ValueError(f"grid_style must be one of {GRID_STYLES}, got {grid_style!r}")
+        if isinstance(step_penalty, bool) or not isinstance(step_penalty, (int, float)) or not step_penalty <= 0:
+            raise ValueError(
+                f"step_penalty must be a number <= 0 (added to every step's reward; 0 for none), got {step_penalty!r}"
+            )
+        self.step_penalty = float(step_penalty)
         self.grid_style = grid_style
         self.solver_max_nodes = int(solver_max_nodes)
         self.task: Task | None = None
@@ -121,8 +132,8 @@ class SokobanEnv:
         move = parse_action(action)
         if move is None:
             grid = self.render()
-            return f"{INVALID_ACTION_MESSAGE}\n{grid}", STEP_PENALTY, False, self._info(grid, invalid=True)
-        level, reward = self.level, STEP_PENALTY
+            return f"{INVALID_ACTION_MESSAGE}\n{grid}", self.step_penalty, False, self._info(grid, invalid=True)
+        level, reward = self.level, self.step_penalty
         d = level.delta(move)
         nxt = self.player + d
         if nxt in level.floor:
