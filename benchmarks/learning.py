@@ -367,7 +367,7 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
         if cost.pop("placeholder", False)
         else "defaults measured on the 2-core machine"
     )
-    from gigpo.train.update import resolve_autocast
+    from gigpo.learner.precision import resolve_autocast
 
     autocast = resolve_autocast(load_config(args.config, args.budget_overrides).train.autocast)
     cost["iteration"], cost["eval"] = cost["iteration"][autocast], cost["eval"][autocast]

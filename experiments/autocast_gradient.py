@@ -29,9 +29,9 @@ VARIANTS = [("gigpo", "mean_std_norm"), ("gigpo", "mean_norm"), ("grpo", "mean_s
 
 def policy_gradient(model, batch, rows, adv, *, mode: str, pad_token_id: int, temperature: float) -> torch.Tensor:
     """The flattened gradient (float64) of the PPO loss over ``rows`` under autocast ``mode``."""
-    from gigpo.policy.base import token_logprobs
-    from gigpo.train.loss import actor_loss
-    from gigpo.train.update import _pad, autocast_context
+    from gigpo.learner.logprobs import token_logprobs
+    from gigpo.learner.loss import actor_loss
+    from gigpo.learner.update import _pad, autocast_context
 
     model.zero_grad(set_to_none=True)
     with autocast_context(model, mode):

@@ -154,7 +154,7 @@ def main(argv=None) -> None:
     import torch
 
     from gigpo.policy import load_policy
-    from gigpo.policy.base import token_logprobs
+    from gigpo.learner.logprobs import token_logprobs
     from gigpo.train.config import build_agent, load_config
 
     torch.set_num_threads(1)

@@ -113,7 +113,7 @@ def main(argv=None) -> None:
 
     from gigpo.agent import format_expert_response
     from gigpo.policy import load_policy
-    from gigpo.policy.base import token_logprobs
+    from gigpo.learner.logprobs import token_logprobs
     from gigpo.train.config import build_agent, load_config
 
     torch.set_num_threads(1)

@@ -19,8 +19,8 @@ import torch.distributed as dist_
 
 from gigpo.policy.load import load_policy
 from gigpo.train.config import TrainConfig
-from gigpo.train.distributed import Dist
-from gigpo.train.update import PolicyUpdater, batched_logprobs
+from gigpo.learner.distributed import Dist
+from gigpo.learner.update import PolicyUpdater, batched_logprobs
 
 ROWS = 14  # not a multiple of the world size, so ranks hold unequal shares
 

@@ -172,7 +172,7 @@ def test_dry_run_prints_an_estimate_and_runs_nothing(tmp_path):
         )
         minutes[mode] = int(re.search(r"estimate: ~(\d+) min", o.stdout).group(1))
     assert minutes["none"] > 1.3 * minutes["bf16"], minutes
-    from gigpo.train.update import resolve_autocast
+    from gigpo.learner.precision import resolve_autocast
 
     assert int(re.search(r"estimate: ~(\d+) min", out.stdout).group(1)) == minutes[resolve_autocast("auto")]
 

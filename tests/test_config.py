@@ -287,7 +287,7 @@ def test_configs_with_the_old_option_names_still_load(tmp_path):
 
 def test_names_are_read_from_the_implementing_code():
     from gigpo.envs.executors import EXECUTORS
-    from gigpo.train.loss import AGG_MODES, KL_TYPES
+    from gigpo.learner.loss import AGG_MODES, KL_TYPES
 
     for key, names in (("train.loss_agg_mode", AGG_MODES), ("train.kl_type", KL_TYPES), ("env.executor", EXECUTORS)):
         for n in names:
@@ -297,7 +297,7 @@ def test_names_are_read_from_the_implementing_code():
 
 
 def test_policy_loss_names_from_the_loss_module_and_gspo_needs_per_sequence_aggregation():
-    from gigpo.train.loss import GSPO_AGG_MODE, POLICY_LOSSES
+    from gigpo.learner.loss import GSPO_AGG_MODE, POLICY_LOSSES
 
     for n in POLICY_LOSSES:
         c = load_config(None, [f"train.policy_loss={n}", f"train.loss_agg_mode={GSPO_AGG_MODE}"])

@@ -1,4 +1,4 @@
-"""Training on more than one process (gigpo.train.distributed): real torchrun jobs over gloo.
+"""Training on more than one process (gigpo.learner.distributed): real torchrun jobs over gloo.
 
 - one update of `tiny` under DDP and FSDP2 on 2 processes against the same update on one, for
   token-mean and seq-mean-token-mean (tests/dist_update_check.py);
@@ -16,7 +16,8 @@ import pytest
 
 from gigpo.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
 from gigpo.train.config import ConfigError, load_config
-from gigpo.train.distributed import Dist, check_world
+from gigpo.learner.distributed import Dist
+from gigpo.train.checkpoint import check_world
 
 ROOT = Path(__file__).resolve().parents[1]
 ALFWORLD_TINY = ROOT / "configs" / "alfworld_tiny.yaml"

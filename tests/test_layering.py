@@ -10,12 +10,13 @@ ALLOWED = {
     "advantages": set(),
     "batch": set(),
     "envs": set(),
-    "policy": {"envs"},
+    "learner": set(),
+    "policy": {"envs", "learner"},
     "agent": {"envs", "policy"},
     "rollout": {"envs", "agent", "policy", "batch"},
-    "train": {"rollout", "advantages", "policy", "envs", "agent", "batch", "report"},
+    "train": {"rollout", "advantages", "learner", "policy", "envs", "agent", "batch", "report"},
     "report": set(),
-    "cli": {"train", "report"},
+    "cli": {"train", "learner", "report"},
 }
 
 
@@ -62,3 +63,15 @@ def test_the_rules_have_no_cycle():
 
     for p in ALLOWED:
         visit(p)
+
+
+def test_the_learner_loads_nothing_but_itself():
+    """``gigpo.learner`` is the piece a GPU user swaps or scales: importing it brings in no rollout,
+    agent, env, policy or training-loop module."""
+    import subprocess
+    import sys
+
+    code = "import sys, gigpo.learner; print(sorted(m for m in sys.modules if m.startswith('gigpo.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    loaded = eval(out)  # noqa: S307 - our own subprocess's printed list
+    assert loaded and all(m.startswith("gigpo.learner") for m in loaded), loaded

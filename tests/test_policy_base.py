@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gigpo.policy.base import token_logprobs
+from gigpo.learner.logprobs import token_logprobs
 
 torch.set_num_threads(1)
 
@@ -52,7 +52,7 @@ def test_logits_to_keep_path_equals_full_logits_path():
 def test_pad_multiple_changes_shapes_not_results():
     """``pad_multiple`` (train.pad_multiple) pads rows and kept logits to repeated shapes; the
     log-probs, entropies and gradients are those of the unpadded pass."""
-    from gigpo.train.update import batched_logprobs, padded_lengths
+    from gigpo.learner.update import batched_logprobs, padded_lengths
 
     torch.manual_seed(0)
     m = Qwen2ForCausalLM(

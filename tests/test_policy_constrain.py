@@ -139,7 +139,7 @@ def test_constrained_alfworld_rollout_after_a_short_sft_acts_only_from_the_list(
     from gigpo.rollout import collect_expert_demos, rollout
     from gigpo.train.config import TrainConfig
     from gigpo.train.sft import sft_train
-    from gigpo.train.update import PolicyUpdater
+    from gigpo.learner.update import PolicyUpdater
 
     model, tok = load_policy("tiny", cache_dir=str(tmp_path_factory.getbasetemp() / "gigpo-cache"), device="cpu")
     agent = Agent("alfworld", tok, history_length=1, max_prompt_tokens=768, constrain_actions=True)

@@ -371,7 +371,7 @@ def _constrained_sokoban_rollout(cfg, gen, model, tok) -> float:
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.rollout import rollout
     from gigpo.train.config import TrainConfig, build_agent
-    from gigpo.train.update import PolicyUpdater
+    from gigpo.learner.update import PolicyUpdater
 
     tasks = make_tasks("sokoban", "train", n=2, seed=5, **cfg.env.task_kwargs)
     with GroupedEnvs("sokoban", group_size=4, max_steps=3) as envs:

@@ -8,8 +8,8 @@ import torch
 
 from gigpo.policy.load import load_critic, load_policy
 from gigpo.train.config import ConfigError, CriticConfig, TrainConfig, load_config
-from gigpo.train.critic import CriticUpdater, batched_values, explained_variance, token_values
-from gigpo.train.loss import value_loss
+from gigpo.learner.critic import CriticUpdater, batched_values, explained_variance, token_values
+from gigpo.learner.loss import value_loss
 
 torch.set_num_threads(1)
 
@@ -131,9 +131,9 @@ def test_config_checks_for_the_critic():
 
 
 def test_shared_critic_is_a_head_on_the_policys_backbone_trained_by_the_policy_update():
-    from gigpo.policy.base import token_logprobs
-    from gigpo.train.critic import SharedCritic
-    from gigpo.train.update import PolicyUpdater, batched_logprobs
+    from gigpo.learner.logprobs import token_logprobs
+    from gigpo.learner.critic import SharedCritic
+    from gigpo.learner.update import PolicyUpdater, batched_logprobs
 
     policy, _ = load_policy("tiny", device="cpu", dtype="float32")
     head = SharedCritic(policy, seed=0)

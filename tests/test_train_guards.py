@@ -12,7 +12,7 @@ from gigpo.train.config import GuardConfig, TrainConfig, ConfigError
 from gigpo.train.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, pin_best, save_checkpoint
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.trainer import group_has_signal
-from gigpo.train.update import PolicyUpdater
+from gigpo.learner.update import PolicyUpdater
 
 
 def _batch(rewards_per_traj, group_size, failed=None):

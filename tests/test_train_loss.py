@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gigpo.train.loss import actor_loss, agg_loss, kl_penalty, policy_gradient_loss, token_budget_microbatches
+from gigpo.learner.loss import actor_loss, agg_loss, kl_penalty, policy_gradient_loss, token_budget_microbatches
 
 
 def _lp(ratio):

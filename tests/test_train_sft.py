@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gigpo.policy.base import token_logprobs
+from gigpo.learner.logprobs import token_logprobs
 from gigpo.train.sft import sft_loss, sft_train
 
 torch.set_num_threads(1)

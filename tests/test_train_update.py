@@ -8,7 +8,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from gigpo.train.config import TrainConfig
-from gigpo.train.update import PolicyUpdater, TrainingDiverged, batched_logprobs
+from gigpo.learner.update import PolicyUpdater, TrainingDiverged, batched_logprobs
 
 torch.set_num_threads(1)
 
@@ -131,14 +131,14 @@ def test_bf16_autocast_logprobs_close_to_float32_and_update_learns():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_autocast_runs_bf16_only_where_the_device_has_native_bf16(monkeypatch, native):
-    import gigpo.train.update as update
+    import gigpo.learner.precision as precision
 
     m = _model()
     prompts, responses, _ = _rows(4)
     kw = dict(pad_token_id=0, temperature=1.0, token_budget=8192)
-    monkeypatch.setattr(update, "native_bf16", lambda device_type: native)
-    assert update.resolve_autocast("auto", "cpu") == ("bf16" if native else "none")
-    assert update.resolve_autocast("bf16", "cpu") == "bf16" and update.resolve_autocast("none", "cpu") == "none"
+    monkeypatch.setattr(precision, "native_bf16", lambda device_type: native)
+    assert precision.resolve_autocast("auto", "cpu") == ("bf16" if native else "none")
+    assert precision.resolve_autocast("bf16", "cpu") == "bf16" and precision.resolve_autocast("none", "cpu") == "none"
     auto = batched_logprobs(m, prompts, responses, autocast="auto", **kw)
     same = batched_logprobs(m, prompts, responses, autocast="bf16" if native else "none", **kw)
     for x, y in zip(auto, same):
@@ -178,7 +178,7 @@ def _repeated_rows(seed=0):
 
 
 def test_identical_row_groups_split_by_sign_tokens_and_old_logprobs():
-    from gigpo.train.update import identical_row_groups
+    from gigpo.learner.update import identical_row_groups
 
     prompts, responses, adv = _repeated_rows()
     old = batched_logprobs(_model(), prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
@@ -222,7 +222,7 @@ def test_merging_identical_rows_gives_the_same_step_with_fewer_rows(agg):
 
 
 def test_merged_rows_count_as_their_rows_in_mini_batches():
-    from gigpo.train.update import weighted_mini_batches
+    from gigpo.learner.update import weighted_mini_batches
 
     order = np.arange(5)
     assert [b.tolist() for b in weighted_mini_batches(order, np.ones(5), 2)] == [[0, 1], [2, 3], [4]]

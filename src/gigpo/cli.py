@@ -14,7 +14,7 @@ Ctrl-C) ends with one ``gigpo: ...`` line saying what to do; exit codes: 2 usage
 1 runtime error, 130 interrupted. ``GIGPO_TRACEBACK=1`` shows the traceback instead.
 
 ``torchrun --nproc-per-node N -m gigpo.cli train ...`` trains on N processes
-(``gigpo.train.distributed``); each rank prefixes its error lines with ``[rank R]``.
+(``gigpo.learner.distributed``); each rank prefixes its error lines with ``[rank R]``.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def cmd_train(argv) -> int:
     cfg = _load(args)
     _threads(cfg)
     from gigpo.train.trainer import Trainer
-    from gigpo.train.update import TrainingDiverged
+    from gigpo.learner.update import TrainingDiverged
 
     _RUN_DIR[:] = [cfg.run_dir]
     trainer = Trainer(cfg, resume=bool(args.resume), force=args.force)

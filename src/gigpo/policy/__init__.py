@@ -5,7 +5,8 @@ gen = HFGenerator(model, tokenizer)
 outs = gen.generate([prompt_ids, ...], SamplingParams(temperature=1.0, max_new_tokens=64, seed=0))
 """
 
-from gigpo.policy.base import Generation, Generator, MakeGenerator, SamplingParams, pad_rows, token_logprobs
+from gigpo.learner.logprobs import pad_rows, token_logprobs
+from gigpo.policy.base import Generation, Generator, MakeGenerator, SamplingParams
 from gigpo.policy.generate import HFGenerator, bare_generate, default_eos_ids, sample_next
 from gigpo.policy.load import apply_lora, load_policy
 

@@ -119,13 +119,3 @@ class _State:
     mode: str = "free"  # free -> trie (after the open tag) -> off; or free -> off
     tail: str = ""
     node: dict = field(default_factory=dict)
-
-
-def mask_logits(logits, allowed_ids: Sequence[np.ndarray]):
-    """``logits`` [n, V] with every id outside row i's ``allowed_ids[i]`` set to -inf (a copy)."""
-    import torch
-
-    block = torch.ones(logits.shape, dtype=torch.bool)
-    for i, ids in enumerate(allowed_ids):
-        block[i, torch.as_tensor(ids, dtype=torch.long)] = False
-    return logits.masked_fill(block.to(logits.device), float("-inf"))

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from gigpo.policy.base import Generation, SamplingParams
-from gigpo.policy.constrain import mask_logits
+from gigpo.learner.logprobs import mask_logits
 
 
 def default_eos_ids(model, tokenizer) -> list[int]:

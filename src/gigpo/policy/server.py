@@ -500,7 +500,7 @@ class ServerGenerator:
             return out
         import torch
 
-        from gigpo.policy.base import token_logprobs
+        from gigpo.learner.logprobs import token_logprobs
 
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         was_training = self.policy.training

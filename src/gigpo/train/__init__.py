@@ -1,10 +1,12 @@
-"""Training: config tree, actor loss, policy update, SFT warm start, checkpoints, the loop.
+"""Training: config tree, SFT warm start, checkpoints, guards, the loop (the learner itself is ``gigpo.learner``).
 
 Heavy pieces (the trainer, SFT) import models and envs lazily; importing ``gigpo.train`` is cheap.
 """
 
 from gigpo.train.config import Config, ConfigError, load_config
-from gigpo.train.loss import (
+from gigpo.learner import (
+    PolicyUpdater,
+    TrainingDiverged,
     actor_loss,
     agg_loss,
     gspo_loss,
@@ -12,7 +14,6 @@ from gigpo.train.loss import (
     policy_gradient_loss,
     token_budget_microbatches,
 )
-from gigpo.train.update import PolicyUpdater, TrainingDiverged
 
 __all__ = [
     "Config",

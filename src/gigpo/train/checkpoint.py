@@ -31,6 +31,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from gigpo.learner.distributed import Dist
+
 _NAME = re.compile(r"iter_\d{6}")
 
 
@@ -238,3 +240,13 @@ def load_latest(run_dir: str | Path) -> tuple[Path, dict] | None:
     if not order:
         return None
     raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(errors))
+
+
+def check_world(saved: int | None, dist: Dist, path) -> None:
+    """A checkpoint resumes exactly only on the world size it was written with."""
+    saved = 1 if saved is None else int(saved)
+    if saved != dist.world:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was written by a run on {saved} process(es), this one has {dist.world}; "
+            f"resume with torchrun --nproc-per-node {saved} (a run continues exactly only on its own world size)"
+        )

@@ -47,9 +47,9 @@ def _choice(value: str, key: str, choices: tuple[str, ...]) -> None:
 
 # Names are read from the code that implements them, never copied here.
 from gigpo.advantages import NORM_MODES, canonical_name, estimator_options, needs_values, parse_anchor  # noqa: E402
-from gigpo.train.distributed import MODES as DIST_MODES  # noqa: E402
+from gigpo.learner.distributed import MODES as DIST_MODES  # noqa: E402
 from gigpo.envs.executors import EXECUTORS  # noqa: E402
-from gigpo.train.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
+from gigpo.learner.loss import AGG_MODES, GSPO_AGG_MODE, KL_TYPES, POLICY_LOSSES  # noqa: E402
 from gigpo.agent.prompts import PROMPT_FORMS  # noqa: E402
 
 

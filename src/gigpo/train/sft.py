@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gigpo.policy.base import token_logprobs
-from gigpo.train.loss import token_budget_microbatches
+from gigpo.learner.logprobs import token_logprobs
+from gigpo.learner.loss import token_budget_microbatches
 
 
 class SFTError(RuntimeError):
@@ -46,7 +46,7 @@ def sft_loss(
         logp, _, mask = token_logprobs(model, prompts, responses, pad_token_id=pad_token_id, allowed=allowed)
         n = int(mask.sum())
         return -(logp * mask).sum() / max(n, 1), n
-    from gigpo.policy.base import pad_rows, response_logprobs
+    from gigpo.learner.logprobs import pad_rows, response_logprobs
 
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id)

@@ -12,7 +12,7 @@ One iteration (docs/algorithm.md#iteration):
 Everything random is derived from (seed, iteration), so ``--resume`` continues exactly.
 
 Under ``torchrun`` (more than one process) rank 0 rolls out, evaluates and writes the run
-directory; every rank runs the update on its share of the rows (``gigpo.train.distributed``).
+directory; every rank runs the update on its share of the rows (``gigpo.learner.distributed``).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from gigpo.train.checkpoint import (
     set_rng_state,
 )
 from gigpo.train.config import Config, build_agent, grouped_envs, load_kwargs, save_config
-from gigpo.train.distributed import Dist, check_world
+from gigpo.learner.distributed import Dist, check_world
 from gigpo.train.guards import Watchdog, model_hash
 from gigpo.train.logging import MetricsLogger, iteration_summary
-from gigpo.train.update import PolicyUpdater, batched_logprobs
+from gigpo.learner.update import PolicyUpdater, batched_logprobs
 
 
 def iteration_seed(seed: int, iteration: int, stream: int = 0) -> int:
@@ -185,7 +185,7 @@ class Trainer:
         self.run_dir = cfg.run_dir
         cfg.check_trainable()  # prompting agents and the api backend are eval-only
         torch.set_num_threads(cfg.train.torch_threads)
-        from gigpo.train.update import native_bf16
+        from gigpo.learner.precision import native_bf16
 
         if cfg.train.autocast == "bf16" and not native_bf16(torch.device(cfg.model.device).type):
             warnings.warn(
@@ -283,12 +283,12 @@ class Trainer:
         self.critic = self.critic_updater = None
         shared = cfg.needs_critic() and cfg.critic.shared_backbone
         if shared:  # a value head on the policy, trained by the policy's update (critic.shared_backbone)
-            from gigpo.train.critic import SharedCritic
+            from gigpo.learner.critic import SharedCritic
 
             self.critic = SharedCritic(self.model, seed=cfg.seed)
         elif cfg.needs_critic():  # PPO with a learned critic, initialised from the start policy as verl does
             from gigpo.policy.load import load_critic
-            from gigpo.train.critic import CriticUpdater
+            from gigpo.learner.critic import CriticUpdater
 
             self.critic = load_critic(model_path, **kw)
             self.critic_updater = CriticUpdater(
@@ -418,7 +418,7 @@ class Trainer:
 
     def values(self, batch) -> list[np.ndarray]:
         """The critic's value of every response token of ``batch``'s rows (per-row float32 arrays)."""
-        from gigpo.train.critic import batched_values
+        from gigpo.learner.critic import batched_values
 
         t = self.cfg.train
         return batched_values(
@@ -730,7 +730,7 @@ class Trainer:
     @staticmethod
     def _critic_metrics(values, res) -> dict:
         """``critic/values_mean`` and ``critic/explained_variance`` of the values the advantages used."""
-        from gigpo.train.critic import explained_variance
+        from gigpo.learner.critic import explained_variance
 
         toks = [np.asarray(v, np.float64) for v in values if len(v)]
         out = {"critic/values_mean": float(np.concatenate(toks).mean()) if toks else 0.0}

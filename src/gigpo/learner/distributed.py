@@ -13,7 +13,7 @@ update on its share of each mini-batch (``Dist.shard``) with ``train.distributed
   weights have changed.
 
 Advantages are never computed per shard: GiGPO's groups span every rollout of a task. A
-micro-batch's loss is its share of the mini-batch's loss (``gigpo.train.loss.Norm``), times the
+micro-batch's loss is its share of the mini-batch's loss (``gigpo.learner.loss.Norm``), times the
 world size because both wrappers average gradients, so an update is the same (up to float
 summation order) on any number of processes. Every rank runs the same number of micro-batches per
 optimizer step (``Dist.max_int``; a rank short of rows runs zero-weight ones), because each
@@ -223,15 +223,3 @@ class Dist:
 
 def _groups(optimizer: torch.optim.Optimizer) -> list[dict]:
     return [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-
-
-def check_world(saved: int | None, dist: Dist, path) -> None:
-    """A checkpoint resumes exactly only on the world size it was written with."""
-    saved = 1 if saved is None else int(saved)
-    if saved != dist.world:
-        from gigpo.train.checkpoint import CheckpointError
-
-        raise CheckpointError(
-            f"checkpoint {str(path)!r} was written by a run on {saved} process(es), this one has {dist.world}; "
-            f"resume with torchrun --nproc-per-node {saved} (a run continues exactly only on its own world size)"
-        )

@@ -9,7 +9,7 @@ update's (``train.*``); learning rate, weight decay, gradient clip and value cli
 
 ``SharedCritic`` is the small-machine option (``critic.shared_backbone``): a scalar head on the
 policy's own transformer, trained by the policy's update with the value loss added to the policy
-loss (``gigpo.train.update.PolicyUpdater``, ``value_head``); it has no ``CriticUpdater``.
+loss (``gigpo.learner.update.PolicyUpdater``, ``value_head``); it has no ``CriticUpdater``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gigpo.policy.base import pad_rows
-from gigpo.train.loss import token_budget_microbatches, value_loss
-from gigpo.train.update import autocast_context, pad_float_rows, padded_lengths, weighted_mini_batches
+from gigpo.learner.logprobs import pad_rows
+from gigpo.learner.loss import token_budget_microbatches, value_loss
+from gigpo.learner.precision import autocast_context
+from gigpo.learner.update import pad_float_rows, padded_lengths, weighted_mini_batches
 
 
 class SharedCritic(torch.nn.Module):

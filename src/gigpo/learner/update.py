@@ -16,7 +16,7 @@ each one optimizer step (``weighted_mini_batches``); inside, rows are split into
 micro-batches under a padded-token budget (``loss.token_budget_microbatches``) and gradients are
 accumulated, each micro-batch's loss being its share of the mini-batch's (``loss.Norm``: sums
 divided by the mini-batch's token or row count), so the step's loss and gradient do not depend on
-how rows are split into micro-batches. With more than one process (``gigpo.train.distributed``)
+how rows are split into micro-batches. With more than one process (``gigpo.learner.distributed``)
 each rank takes its share of every mini-batch and the gradients are averaged over ranks.
 
 With a value head on the policy's backbone (``critic.shared_backbone``) the same forward gives the
@@ -26,16 +26,16 @@ optimizer (the head's parameters join the policy's AdamW, learning rate and grad
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import defaultdict
 
 import numpy as np
 import torch
 
-from gigpo.policy.base import token_logprobs
-from gigpo.train.distributed import Dist
-from gigpo.train.loss import Norm, actor_loss, token_budget_microbatches, value_loss
+from gigpo.learner.logprobs import token_logprobs
+from gigpo.learner.distributed import Dist
+from gigpo.learner.precision import autocast_context
+from gigpo.learner.loss import Norm, actor_loss, token_budget_microbatches, value_loss
 
 
 class TrainingDiverged(RuntimeError):
@@ -102,39 +102,6 @@ def weighted_mini_batches(order: np.ndarray, weights: np.ndarray, rows: int) -> 
     return [b for b in np.split(order, cuts) if len(b)]
 
 
-def native_bf16(device_type: str) -> bool:
-    """Whether ``device_type`` runs bfloat16 matmuls natively.
-
-    CPUs need AVX512 (oneDNN's bf16 kernels); without it torch falls back to a reference GEMM
-    that made the update ~40x slower than float32 on an AVX2-only CPU (docs/notes/bf16-autocast.md).
-    """
-    if device_type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device_type == "cpu":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    return False
-
-
-def resolve_autocast(mode: str, device_type: str = "cpu") -> str:
-    """``train.autocast`` as run: ``auto`` is ``bf16`` where ``native_bf16``, else ``none``."""
-    if mode == "auto":
-        return "bf16" if native_bf16(device_type) else "none"
-    return mode
-
-
-def autocast_context(model, mode: str):
-    """``torch.autocast`` for ``train.autocast`` (``none``, ``bf16`` or ``auto``) on the model's device.
-
-    Only the model's matmuls run in bfloat16; ``response_logprobs`` casts the logits to float32
-    before the softmax, so log-probs, ratios and the loss are float32. Measured on the SFT'd
-    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/notes/bf16-autocast.md).
-    """
-    device = next(model.parameters()).device
-    if resolve_autocast(mode, device.type) == "none":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
 @torch.no_grad()
 def batched_logprobs(
     model,
@@ -185,7 +152,7 @@ class PolicyUpdater:
         model: the policy (trainable parameters get AdamW). Under ``fsdp`` it is sharded in place.
         cfg: ``TrainConfig``. temperature: the rollout temperature (log-probs use the same
         tempered distribution as the sampler, as the reference does).
-        dist: this process's place in a data-parallel job (``gigpo.train.distributed``); one process
+        dist: this process's place in a data-parallel job (``gigpo.learner.distributed``); one process
         when None. Every rank must call ``update`` with the same rows and seed.
         value_head: a ``SharedCritic`` on ``model`` (``critic.shared_backbone``) or None; its
         parameters are trained with the policy's, ``vf_coef`` weighing its value loss
