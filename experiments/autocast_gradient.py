@@ -65,7 +65,10 @@ def main(argv=None) -> list[dict]:
 
     from gigpo.rollout import rollout
     from gigpo.train.config import load_config
-    from gigpo.train.trainer import Trainer, iteration_seed
+    from gigpo.train.collect import sample_tasks, sampling_params
+    from gigpo.train.credit import batch_credit, row_anchors
+    from gigpo.train.seeds import iteration_seed
+    from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as out:
@@ -77,8 +80,8 @@ def main(argv=None) -> list[dict]:
         cfg = load_config(args.config, list(args.overrides) + over)
         tr = Trainer(cfg)
         tr.model.eval()  # no dropout: both precisions see the same network
-        batch = rollout(tr.envs, tr.sample_tasks(1), tr.generator, tr.tokenizer, tr.agent,
-                        tr._params(cfg.rollout.temperature, iteration_seed(cfg.seed, 1, 2)))
+        batch = rollout(tr.envs, sample_tasks(cfg, tr.train_pool, 1), tr.generator, tr.tokenizer, tr.agent,
+                        sampling_params(cfg, cfg.rollout.temperature, iteration_seed(cfg.seed, 1, 2)))
         tr.close()
         n_rows = args.rows or cfg.train.mini_batch_rows
         print(f"{args.model}: {batch.num_rows} rows from {args.tasks} tasks x {cfg.env.group_size} rollouts; "
@@ -87,7 +90,7 @@ def main(argv=None) -> list[dict]:
         results = []
         for est, mode in VARIANTS:
             tr.cfg.algorithm.estimator, tr.cfg.algorithm.mode = est, mode
-            res, _, _ = tr.advantages(batch)
+            res = batch_credit(cfg, batch).result
             adv = np.asarray(res.advantages, dtype=np.float32)
             rows = np.flatnonzero(np.abs(adv) > 1e-8)[:n_rows]
             if len(rows) == 0:

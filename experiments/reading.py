@@ -61,7 +61,8 @@ def main(argv=None) -> None:
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.policy import HFGenerator, SamplingParams, load_policy
     from gigpo.rollout import eval_rollout
-    from gigpo.train.config import build_agent, load_config
+    from gigpo.train.build import build_agent
+    from gigpo.train.config import load_config
 
     torch.set_num_threads(1)
     cfg = load_config(args.config, args.overrides)

@@ -141,7 +141,10 @@ def main(argv=None) -> list[dict]:
     from gigpo.envs.sokoban.env import STEP_PENALTY
     from gigpo.rollout import rollout
     from gigpo.train.config import load_config
-    from gigpo.train.trainer import Trainer, iteration_seed
+    from gigpo.train.collect import sample_tasks, sampling_params
+    from gigpo.train.credit import batch_credit, row_anchors
+    from gigpo.train.seeds import iteration_seed
+    from gigpo.train.trainer import Trainer
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as out:
@@ -165,7 +168,7 @@ def main(argv=None) -> list[dict]:
             variants += [(e, m, g, False) for e, m in VARIANTS if e == "gigpo" for g in gammas]
         batches, tasks_by_id = [], {}
         for it in range(1, args.batches + 1):
-            tasks = tr.sample_tasks(it)
+            tasks = sample_tasks(cfg, tr.train_pool, it)
             tasks_by_id.update({t.task_id: t for t in tasks})
             batches.append(
                 rollout(
@@ -174,7 +177,7 @@ def main(argv=None) -> list[dict]:
                     tr.generator,
                     tr.tokenizer,
                     tr.agent,
-                    tr._params(cfg.rollout.temperature, iteration_seed(cfg.seed, it, 2)),
+                    sampling_params(cfg, cfg.rollout.temperature, iteration_seed(cfg.seed, it, 2)),
                 )
             )
         tr.close()
@@ -182,13 +185,13 @@ def main(argv=None) -> list[dict]:
         per_batch = []
         for b in batches:
             label = grade(b, tasks_by_id)
-            anchors = tr.anchors(b)
+            anchors = row_anchors(cfg, b)
             advs, groups = {}, None
             for est, mode, gamma, penalty in variants:
                 tr.cfg.algorithm.estimator, tr.cfg.algorithm.mode, tr.cfg.algorithm.gamma = est, mode, gamma
                 # Without the step penalty every failed episode's rewards are 0 from any step on.
                 rb = b if penalty else dataclasses.replace(b, reward=b.reward - STEP_PENALTY)
-                res, _, _ = tr.advantages(rb, anchors=anchors)
+                res = batch_credit(cfg, rb, anchors=anchors).result
                 advs[(est, mode, gamma, penalty)] = np.asarray(res.advantages, dtype=np.float64)
                 if est == "gigpo":  # the grid is the whole state: GiGPO's step groups are states
                     groups = np.asarray(res.step_groups)

@@ -370,7 +370,8 @@ def _constrained_sokoban_rollout(cfg, gen, model, tok) -> float:
     from gigpo.envs import make_tasks
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.rollout import rollout
-    from gigpo.train.config import TrainConfig, build_agent
+    from gigpo.train.build import build_agent
+    from gigpo.train.config import TrainConfig
     from gigpo.learner.update import PolicyUpdater
 
     tasks = make_tasks("sokoban", "train", n=2, seed=5, **cfg.env.task_kwargs)
@@ -522,7 +523,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
         assert train[1]["time/weight_sync"] > 0  # iteration 2 rolled out after the sync of update 1
         # the stale-row check: rows sampled before the weights changed are refused
         _, batch, _ = tr.collect(3)
-        res = tr.advantages(batch)[0]
+        res = tr.credit(batch).result
         tr.policy_version += 1
         with pytest.raises(RuntimeError, match="weight sync did not reach the sampler"):
             Trainer._update(tr, batch, res, 3, {})

@@ -22,7 +22,7 @@ from gigpo.report.viewer import MAX_BYTES, pick_iterations, viewer_data
 from gigpo.rollout import write_trajectories_jsonl
 from gigpo.train.config import load_config, save_config
 from gigpo.train.logging import MetricsLogger
-from gigpo.train.trainer import step_group_metrics
+from gigpo.train.metrics import step_group_metrics
 
 ROOM = "You are in the kitchen. You see a fridge 1 and a countertop 1."
 

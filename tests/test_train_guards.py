@@ -11,7 +11,7 @@ from gigpo.batch import StepBatch, concat_batches, select_trajectories
 from gigpo.train.config import GuardConfig, TrainConfig, ConfigError
 from gigpo.train.checkpoint import CheckpointError, best_checkpoint, load_checkpoint, pin_best, save_checkpoint
 from gigpo.train.guards import Watchdog, model_hash
-from gigpo.train.trainer import group_has_signal
+from gigpo.train.collect import group_has_signal
 from gigpo.learner.update import PolicyUpdater
 
 

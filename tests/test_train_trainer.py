@@ -5,7 +5,7 @@ import numpy as np
 
 from gigpo.advantages import step_anchors, step_group_stats
 from gigpo.batch import StepBatch
-from gigpo.train.trainer import HIST_BINS, anchor_metrics, step_group_metrics
+from gigpo.train.metrics import HIST_BINS, anchor_metrics, step_group_metrics
 
 
 def test_step_group_metrics_match_step_group_stats():

@@ -922,46 +922,6 @@ class Config:
         return Path(self.output_dir) / self.name
 
 
-def grouped_envs(e: EnvConfig, group_size: int):
-    """The ``GroupedEnvs`` of ``env`` settings with ``group_size`` rollouts per task (training uses
-    ``env.group_size``, evaluation 1)."""
-    from gigpo.envs.manager import GroupedEnvs
-
-    step_timeout, reset_timeout = e.timeouts()
-    return GroupedEnvs(
-        e.family,
-        group_size=group_size,
-        max_steps=e.max_steps,
-        env_kwargs=e.kwargs,
-        executor=e.executor,
-        step_timeout=step_timeout,
-        reset_timeout=reset_timeout,
-        ray_num_cpus=None if e.ray_num_cpus == -1 else e.ray_num_cpus,
-    )
-
-
-def build_agent(cfg: Config, tokenizer):
-    """The ``Agent`` that ``cfg`` describes (prompt format, history, action constraint)."""
-    from gigpo.agent import Agent
-
-    return Agent(
-        cfg.env.family,
-        tokenizer,
-        history_length=cfg.env.history_length,
-        max_prompt_tokens=cfg.rollout.max_prompt_tokens,
-        constrain_actions=cfg.rollout.constrain_actions,
-        repeat_task=cfg.rollout.repeat_task,
-        prompt_form=cfg.rollout.prompt,
-    )
-
-
-def load_kwargs(cfg: Config, device: str | None = None) -> dict:
-    """The keyword arguments of ``gigpo.policy.load_policy`` that ``cfg.model`` and the seed set
-    (``device`` overrides ``cfg.model.device``: the trainer's rank decides it)."""
-    m = cfg.model
-    return dict(device=device or m.device, dtype=m.dtype, cache_dir=m.cache_dir or None, seed=cfg.seed)
-
-
 # --------------------------------------------------------------------------- (de)serialisation
 
 

@@ -58,7 +58,7 @@ def evaluate_model(cfg, make_generator=None) -> dict:
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout, prompting_eval
-    from gigpo.train.config import build_agent, grouped_envs, load_kwargs
+    from gigpo.train.build import build_agent, grouped_envs, load_kwargs
     from gigpo.train.rundir import check_model_path
 
     check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads

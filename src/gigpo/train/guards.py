@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from gigpo.train.checkpoint import best_checkpoint, load_checkpoint, pin_best
+
 EMA_WEIGHT = 0.5  # weight of the newest iteration in the running mean of training success
 
 
@@ -110,6 +112,37 @@ class Watchdog:
     @property
     def exhausted(self) -> bool:
         return self.rollbacks >= self.cfg.max_rollbacks
+
+
+def pin_best_after(run_dir: Path, watchdog: Watchdog, iteration: int) -> None:
+    """Pin the checkpoint after ``iteration`` as best when it was kept (``log.save_every`` > 1
+    leaves some iterations without one; the best is then the best checkpointed one)."""
+    d = Path(run_dir) / "checkpoints" / f"iter_{iteration:06d}"
+    if d.is_dir():
+        pin_best(run_dir, d.name)
+    else:
+        pinned = best_checkpoint(run_dir)
+        watchdog.best_iteration = int(pinned.name[len("iter_") :]) if pinned is not None else None
+
+
+def roll_back(run_dir: Path, models, watchdog: Watchdog, lr_factor: float, reason: str) -> dict:
+    """Restore the best checkpoint into ``models`` (a ``gigpo.train.models.RunModels``) and lower the
+    lr; returns the event logged with tag ``guard`` (with ``stop`` when rollbacks are exhausted)."""
+    pinned = best_checkpoint(run_dir)
+    assert pinned is not None, "a run pins its start as best before its first iteration"
+    best = load_checkpoint(pinned)
+    models.roll_back(best, lr_factor)
+    watchdog.rolled_back()
+    ev = {
+        "event": "rollback",
+        "reason": reason,
+        "to_iteration": int(best["iteration"]),
+        "rollbacks": watchdog.rollbacks,
+        "lr": models.updater.optimizer.param_groups[0]["lr"],
+    }
+    if watchdog.exhausted:
+        ev["stop"] = f"{watchdog.rollbacks} rollbacks (guard.max_rollbacks); kept the best model"
+    return ev
 
 
 def model_hash(path) -> str:

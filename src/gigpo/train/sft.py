@@ -183,7 +183,7 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     from gigpo.envs import make_tasks
     from gigpo.policy.load import load_policy
     from gigpo.rollout import collect_expert_demos
-    from gigpo.train.config import build_agent, load_kwargs
+    from gigpo.train.build import build_agent, load_kwargs
 
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))

@@ -1,0 +1,113 @@
+"""The end of a run: which model is delivered in ``model/``, and ``summary.json``.
+
+With best-model selection (``guard.val_every``) the candidates are the start and every validated
+iteration. The last model is delivered when its validation is within ``guard.select_margin_se``
+standard errors of the best's (``Watchdog.deliver_last``), else the best; the other one is kept
+as ``model_last/``. Without validation the last model is delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Delivery:
+    iteration: int  # the iteration whose model is delivered in model/
+    selection: str  # how it was chosen (summary.json)
+    note: str | None = None  # printed when the last model replaces a better-validated one
+
+
+def choose_delivered(watchdog, guard, last_it: int, n_val: int, stop_reason: str | None) -> Delivery:
+    """The model to deliver; sets ``watchdog.best_iteration`` to it when the last one is chosen."""
+    best_it = watchdog.best_iteration
+    if not guard.val_every:
+        return Delivery(last_it, "last (guard.val_every=0)")
+    if best_it is None:
+        return Delivery(last_it, "best by validation")
+    if best_it != last_it and not stop_reason and watchdog.deliver_last(last_it, guard.select_margin_se, n_val):
+        watchdog.best_iteration = last_it
+        return Delivery(
+            last_it,
+            f"last, within guard.select_margin_se of the best (iteration {best_it})",
+            f"validation: the last model ({watchdog.last_val[1]:.3f}) is within {guard.select_margin_se:g} "
+            f"standard errors of the best (iteration {best_it}, {watchdog.best_val:.3f}); model/ is the last",
+        )
+    return Delivery(best_it, "best by validation")
+
+
+def logged_success_before(run_dir: Path):
+    """The start's held-out success from ``metrics.jsonl`` (a resumed run evaluated it earlier)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else ():
+        if line.strip():
+            x = json.loads(line)
+            if x.get("tag") == "eval_before":
+                return x.get("eval/success")
+    return None
+
+
+def write_summary(run_dir: Path, trainer, result: dict, models: dict, selection: str) -> Path:
+    """``summary.json``: start and final held-out success, which iteration each saved model is
+    from, guard events, the start model's weights hash, wall time per phase."""
+    g = lambda k: (result.get(k) or {}).get("eval/success")  # noqa: E731
+    before = g("before")
+    if before is None:
+        before = logged_success_before(run_dir)
+    wd, val = trainer.watchdog, trainer.cfg.guard.val_every
+    out = {
+        "start_model": str(trainer.model_path),
+        "start_model_sha256": trainer.start_hash,
+        "success_before": before,
+        "success_final": g("after"),
+        "success_last": g("last"),
+        "models": models,
+        "selection": selection,
+        "best_val_success": wd.best_val if val and wd.best_val > float("-inf") else None,
+        "rollbacks": wd.rollbacks,
+        "stop_reason": trainer.stop_reason,
+        "iterations": trainer.iteration,
+        "phases": trainer.phase_times,
+    }
+    return write_json(Path(run_dir) / "summary.json", out)
+
+
+def write_json(path: Path, obj) -> Path:
+    Path(path).write_text(json.dumps(obj, indent=2, default=float))
+    return Path(path)
+
+
+def write_run_end(trainer, result: dict, models: dict, selection: str, model_path: Path) -> None:
+    """Rank 0's end of a run: the before/after and saved-models tables, ``phases.json``,
+    ``summary.json`` and the report (``model_last/`` removed when the last model is delivered)."""
+    from gigpo.train.logging import print_eval_comparison, print_model_table
+
+    run_dir, pt, wd = trainer.run_dir, trainer.phase_times, trainer.watchdog
+    if "before" in result:
+        print_eval_comparison(result["before"], result["after"])
+    best_val = wd.best_val if trainer.cfg.guard.val_every else None
+    print_model_table(models, result, best_val=best_val, rollbacks=wd.rollbacks, stop_reason=trainer.stop_reason)
+    write_json(run_dir / "phases.json", pt)
+    print("wall seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in pt.items()), flush=True)
+    if "model_last" not in models and (run_dir / "model_last").exists():
+        shutil.rmtree(run_dir / "model_last")
+    write_summary(run_dir, trainer, result, models, selection)
+    print(f"trained model: {model_path} (iteration {models['model']})", flush=True)
+    write_report(run_dir)
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """``gigpo.report.write_report(run_dir)``; a failure only warns (the run itself is done)."""
+    try:
+        from gigpo.report import write_report as write
+
+        path = write(run_dir)
+    except Exception as e:  # noqa: BLE001 - the report is a convenience, never fatal
+        warnings.warn(f"report not written for {run_dir}: {type(e).__name__}: {e}", stacklevel=2)
+        return None
+    print(f"report: {path}", flush=True)
+    return path
