@@ -480,14 +480,15 @@ def test_on_a_2_cpu_machine_vllm_computes_on_both_cores_unless_told_otherwise(tm
 
 
 def _record_batch_versions(tr) -> list:
-    """The policy versions of each update's rows, recorded as ``tr`` trains."""
-    seen, real_update = [], tr._update
+    """The policy versions of each iteration's trained rows, recorded as ``tr`` trains."""
+    seen, real_collect = [], tr.collect
 
-    def spy(batch, *a, **k):
+    def spy(it):
+        every, batch, counters = real_collect(it)
         seen.append({v for vs in batch.meta["traj_policy_version"] for v in vs})
-        return real_update(batch, *a, **k)
+        return every, batch, counters
 
-    tr._update = spy
+    tr.collect = spy
     return seen
 
 
@@ -496,6 +497,7 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
     """``gigpo train`` with rollout.backend=server and no URL: gigpo starts the server (here the
     stand-in), syncs the weights after each update, records versions, stops it at the end."""
     from gigpo.train.config import load_config
+    from gigpo.train.learn import check_sampled_version
     from gigpo.train.trainer import Trainer
 
     cfg = load_config(
@@ -523,10 +525,9 @@ def test_training_starts_syncs_and_stops_its_server(tmp_path):
         assert train[1]["time/weight_sync"] > 0  # iteration 2 rolled out after the sync of update 1
         # the stale-row check: rows sampled before the weights changed are refused
         _, batch, _ = tr.collect(3)
-        res = tr.credit(batch).result
-        tr.policy_version += 1
+        tr.models.changed()
         with pytest.raises(RuntimeError, match="weight sync did not reach the sampler"):
-            Trainer._update(tr, batch, res, 3, {})
+            check_sampled_version(batch, tr.models.version, 3)
     finally:
         tr.close()
     assert not launched.alive()

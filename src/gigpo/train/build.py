@@ -5,6 +5,9 @@ and the SFT build their envs and agent with the same functions).
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from gigpo.train.config import Config, EnvConfig
 
 
@@ -46,6 +49,26 @@ def build_agent(cfg: Config, tokenizer):
         repeat_task=cfg.rollout.repeat_task,
         prompt_form=cfg.rollout.prompt,
     )
+
+
+def start_model(cfg: Config, main_first: Callable, phase_times: dict, *, build_it: bool, main: bool) -> str:
+    """The model the run starts from: ``model.name_or_path`` (``tiny`` built when not cached), or
+    its SFT warm start (``sft.enabled``); ``main_first(fn)`` runs ``fn`` on rank 0 first, then on
+    the others (which find it cached). Records ``model_build`` and ``sft`` seconds."""
+    path = cfg.model.name_or_path
+    t0 = time.perf_counter()
+    if build_it:
+        from gigpo.policy.load import resolve_path
+
+        main_first(lambda: resolve_path(path, cfg.model.cache_dir or None))
+        phase_times["model_build"] = time.perf_counter() - t0
+    if cfg.sft.enabled:
+        from gigpo.train.sft import ensure_sft_model
+
+        t0 = time.perf_counter()
+        path = main_first(lambda: ensure_sft_model(cfg, progress=cfg.log.progress and main))
+        phase_times["sft"] = time.perf_counter() - t0
+    return path
 
 
 def task_pools(cfg: Config) -> tuple[list, list, list]:

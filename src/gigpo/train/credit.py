@@ -139,3 +139,18 @@ def update_rows(batch, result, skip_zero_advantage: bool) -> Rows:
         None if rows.allowed is None else pick(rows.allowed),
         None if rows.token_advantages is None else pick(rows.token_advantages),
     )
+
+
+def write_trajectories(batch, credit: Credit, path) -> None:
+    """The batch's trajectories with every row's advantages (``trajectories/iter_*.jsonl``)."""
+    from gigpo.rollout import write_trajectories_jsonl
+
+    res = credit.result
+    advantages = {
+        "A": res.advantages,
+        "A_E": res.episode_advantages,
+        "A_S": res.step_advantages,
+        "step_group": res.step_groups,
+        "step_return": credit.step_returns,
+    }
+    write_trajectories_jsonl(batch, path, advantages=advantages)

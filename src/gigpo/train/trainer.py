@@ -38,9 +38,11 @@ from gigpo.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from gigpo.train.collect import Collector, sampling_params
+from gigpo.train.collect import Collector
 from gigpo.train.config import Config, save_config
-from gigpo.train.credit import Credit, batch_credit, critic_values, row_anchors, update_rows
+from gigpo.train.credit import Credit, batch_credit, critic_values, row_anchors, write_trajectories
+from gigpo.train.learn import SKIPPED, learn
+from gigpo.train.evaluator import Evaluator
 from gigpo.train.faults import hooks_from_env
 from gigpo.train.guards import Watchdog, model_hash, pin_best_after, roll_back
 from gigpo.train.logging import iteration_summary
@@ -54,8 +56,6 @@ from gigpo.train.metrics import (
     token_metrics,
 )
 from gigpo.train.selection import choose_delivered, write_run_end
-
-SKIPPED_UPDATE = ("old_logprob", "ref_logprob", "update")  # time/* phases of an iteration without an update
 
 
 class Trainer:
@@ -119,7 +119,7 @@ class Trainer:
         if main:  # the original config.yaml stays as the run was started
             save_config(cfg, self.run_dir / ("config.resumed.yaml" if resume else "config.yaml"))
         self.phase_times: dict[str, float] = {}  # wall seconds per phase of the run (phases.json)
-        self.model_path = self._start_model(build_it=not resume)
+        self.model_path = build.start_model(cfg, self._main_first, self.phase_times, build_it=not resume, main=main)
         self.start_hash = model_hash(self.model_path) if Path(self.model_path).is_dir() else ""
         if self.start_hash and main:
             print(f"start model: {self.model_path} (weights sha256 {self.start_hash[:16]})", flush=True)
@@ -142,27 +142,9 @@ class Trainer:
         self.collector = Collector(
             cfg, self.train_pool, self.envs, self.agent, self.tokenizer, self._advantages, self.run_dir
         )
+        self.evaluator = Evaluator(cfg, self.eval_envs, self.agent, self.tokenizer, self._sampler)
         self.logger = build.build_logger(cfg, self.run_dir, resume_after=self.iteration if resume else None, main=main)
         self.hooks = hooks_from_env()  # planted faults for the reliability tests; none in a normal run
-
-    def _start_model(self, build_it: bool) -> str:
-        """The model the run starts from: ``model.name_or_path`` (``tiny`` built when not cached), or
-        its SFT warm start (``sft.enabled``), built by rank 0 first."""
-        cfg, main = self.cfg, self.dist.is_main
-        path = cfg.model.name_or_path
-        t0 = time.perf_counter()
-        if build_it:
-            from gigpo.policy.load import resolve_path
-
-            self._main_first(lambda: resolve_path(path, cfg.model.cache_dir or None))
-            self.phase_times["model_build"] = time.perf_counter() - t0
-        if cfg.sft.enabled:
-            from gigpo.train.sft import ensure_sft_model
-
-            t0 = time.perf_counter()
-            path = self._main_first(lambda: ensure_sft_model(cfg, progress=cfg.log.progress and main))
-            self.phase_times["sft"] = time.perf_counter() - t0
-        return path
 
     def _restore(self) -> None:
         """Continue from the newest usable checkpoint (falling back past a corrupt newest one)."""
@@ -192,14 +174,6 @@ class Trainer:
         self.models.sync_full_model()
         return self.dist.broadcast(fn() if self.dist.is_main else None)
 
-    @property
-    def policy_version(self) -> int:
-        return self.models.version
-
-    @policy_version.setter
-    def policy_version(self, v: int) -> None:
-        self.models.version = v
-
     def _phase_done(self, phase: str, it: int) -> None:
         for hook in self.hooks:
             hook(self, it, phase)
@@ -223,9 +197,12 @@ class Trainer:
         n_rows = 0
         if reason:  # the rollout measured a collapse: back to the best model instead of updating on it
             events.append(self._roll_back(it, reason))
-            timer.skip(*SKIPPED_UPDATE, *(("critic_update",) if self.critic_updater is not None else ()))
+            timer.skip(*SKIPPED, *(("critic_update",) if self.critic_updater is not None else ()))
         else:
-            upd, crit, n_rows = self._learn(batch, credit, it, timer)
+            hook = lambda: self._phase_done("before_update", it)  # noqa: E731
+            upd, crit, n_rows = learn(
+                cfg, self.models, batch, credit, it, timer, on_main=self._on_main, before_update=hook
+            )
         self._phase_done("after_update", it)
         best_now = self._validate_due(it, m, events)
         if hasattr(self.generator, "sync_weights"):
@@ -240,12 +217,7 @@ class Trainer:
         """The iteration's rollouts: (everything sampled, the batch to train on, counters). Rank 0
         rolls out (``gigpo.train.collect.Collector``) and every rank gets the same batches."""
 
-        def run():
-            self.sync_generator()
-            self.full_model.eval()  # no dropout while sampling, whatever the generator (the update sets train mode)
-            return self.collector.collect(self.generator, it)
-
-        return self._on_main(run)
+        return self._on_main(lambda: self.collector.collect(self._sampler(), it))
 
     def credit(self, batch, timer: PhaseTimer | None = None) -> Credit:
         """Anchors, the critic's values (estimators with a critic) and the advantages of ``batch``."""
@@ -271,76 +243,6 @@ class Trainer:
                 pin_best_after(self.run_dir, self.watchdog, it - 1)
             self.watchdog.best_iteration = self.dist.broadcast(self.watchdog.best_iteration)
         return reason
-
-    def _learn(self, batch, credit: Credit, it: int, timer: PhaseTimer) -> tuple[dict, dict, int]:
-        """The critic's and the policy's updates on ``batch``: (actor metrics, critic metrics, rows)."""
-        crit: dict = {}
-        if self.critic_updater is not None:
-            with timer("critic_update"):
-                crit = self.critic_updater.update(
-                    batch.prompt_ids,
-                    batch.response_ids,
-                    credit.values,
-                    credit.result.token_returns,
-                    seed=seeds.iteration_seed(self.cfg.seed, it, seeds.CRITIC_UPDATE),
-                )
-        if it <= self.cfg.critic.warmup_iterations and self.critic is not None:
-            timer.skip(*SKIPPED_UPDATE)  # critic warm-up: the policy is left unchanged
-            return {}, crit, 0
-        upd, n_rows = self._update(batch, credit, it, timer)
-        # A shared value head learns in the policy's update: its loss is the critic's metric.
-        crit |= {k: upd.pop(k) for k in ("value_loss", "vf_clipfrac") if k in upd}
-        return upd, crit, n_rows
-
-    def _update(self, batch, credit: Credit, it: int, timer: PhaseTimer) -> tuple[dict, int]:
-        """Old / reference log-probs and the policy update on ``batch``; returns (metrics, rows)."""
-        cfg = self.cfg
-        stale = {v for vs in batch.meta.get("traj_policy_version") or [] for v in vs if v != self.policy_version}
-        if stale:
-            raise RuntimeError(
-                f"iteration {it}: rows sampled by policy version(s) {sorted(stale, key=str)}, but the "
-                f"model is at version {self.policy_version}: the weight sync did not reach the sampler"
-            )
-        rows = update_rows(batch, credit.result, cfg.train.skip_zero_advantage_rows)
-        lp_kw = dict(
-            pad_token_id=self.tokenizer.pad_token_id,
-            temperature=cfg.rollout.temperature,
-            token_budget=cfg.train.micro_token_budget,
-            allowed=rows.allowed,
-            autocast=cfg.train.autocast,
-            pad_multiple=cfg.train.pad_multiple,
-        )
-        from gigpo.learner.update import batched_logprobs
-
-        def logprobs(model):  # rank 0 computes every row's log-probs, as one process does
-            return self._on_main(lambda: batched_logprobs(model, rows.prompts, rows.responses, **lp_kw))
-
-        with timer("old_logprob"):
-            old = rows.sampled_logprobs if cfg.rollout.reuse_sampling_logprobs else logprobs(self.full_model)
-        with timer("ref_logprob"):
-            ref = logprobs(self.ref_model) if cfg.train.use_kl else None
-        with timer("update"):
-            self._phase_done("before_update", it)
-            critic_kw = {}
-            if self.updater.value_head is not None:  # the values are the value targets' clip centre
-                critic_kw = {"old_values": credit.values, "returns": credit.result.token_returns}
-            upd = {}
-            if len(rows):
-                seed = seeds.iteration_seed(cfg.seed, it, seeds.UPDATE)
-                upd = self.updater.update(
-                    rows.prompts,
-                    rows.responses,
-                    rows.advantages,
-                    old,
-                    ref,
-                    seed=seed,
-                    allowed=rows.allowed,
-                    token_advantages=rows.token_advantages,
-                    **critic_kw,
-                )
-            if len(rows):
-                self.models.changed()
-        return upd, len(rows)
 
     def _validate_due(self, it: int, m: dict, events: list) -> bool:
         """Validate when due (every ``guard.val_every`` iterations and the last, so the final model is
@@ -375,20 +277,7 @@ class Trainer:
         """Trajectories, the metrics line, guard events, the checkpoint."""
         cfg = self.cfg
         if cfg.log.trajectories_every and it % cfg.log.trajectories_every == 0 and self.dist.is_main:
-            from gigpo.rollout import write_trajectories_jsonl
-
-            res = credit.result
-            write_trajectories_jsonl(
-                batch,
-                self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl",
-                advantages={
-                    "A": res.advantages,
-                    "A_E": res.episode_advantages,
-                    "A_S": res.step_advantages,
-                    "step_group": res.step_groups,
-                    "step_return": credit.step_returns,
-                },
-            )
+            write_trajectories(batch, credit, self.run_dir / "trajectories" / f"iter_{it:06d}.jsonl")
         # Log first, then checkpoint: a kill in between re-runs the iteration on resume, and the
         # logger drops lines past the checkpoint, so no iteration's record is lost or doubled.
         self.logger.log(m, iteration=it, tag="train")
@@ -410,38 +299,22 @@ class Trainer:
     def sync_generator(self) -> None:
         """Bring a generator that samples elsewhere (``sync_weights``) to ``self.model``'s weights."""
         sync = getattr(self.generator, "sync_weights", None)
-        if sync is not None and getattr(self.generator, "policy_version", None) != self.policy_version:
-            self.sync_seconds += sync(self.model, self.policy_version)
+        if sync is not None and getattr(self.generator, "policy_version", None) != self.models.version:
+            self.sync_seconds += sync(self.model, self.models.version)
 
-    def _eval_rollout(self, pool, seed: int) -> tuple[dict, float]:
-        """One rollout per task of ``pool`` at the eval temperature: (rollout metrics, seconds).
-        Rank 0 runs it; every rank gets the result."""
-        from gigpo.rollout import eval_rollout
-
-        def run() -> tuple[dict, float]:
-            t0 = time.perf_counter()
-            self.full_model.eval()
-            self.sync_generator()
-            params = sampling_params(self.cfg, self.cfg.rollout.eval_temperature, seed)
-            assert self.generator is not None  # rank 0's
-            _, m = eval_rollout(self.eval_envs, pool, self.generator, self.tokenizer, self.agent, params)
-            return m, time.perf_counter() - t0
-
-        return self._on_main(run)
+    def _sampler(self):
+        """The generator, synced to the current weights, the model in eval mode (rank 0)."""
+        self.full_model.eval()  # no dropout while sampling, whatever the generator (the update sets train mode)
+        self.sync_generator()
+        return self.generator
 
     def validate(self) -> dict:
         """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
-        m, secs = self._eval_rollout(self.val_pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.VALIDATION))
-        out = {f"val/{k}": v for k, v in m.items() if k in ("success", "score", "episode_length", "num_trajectories")}
-        out["time/val"] = secs
-        return out
+        return self._on_main(lambda: self.evaluator.validation(self.val_pool))
 
     def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
-        # The same sampling seeds at every evaluation, as for validation: a model scores the same
-        # each time, and before/after compare on common random numbers (paired, less noise).
-        m, secs = self._eval_rollout(self.eval_pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.EVAL))
-        out = {f"eval/{k}": v for k, v in m.items()} | {"time/eval": secs} | extra
+        out = self._on_main(lambda: self.evaluator.heldout(self.eval_pool)) | extra
         self.logger.log(out, iteration=self.iteration, tag=tag)
         return out
 

@@ -1,0 +1,43 @@
+"""Held-out evaluation and validation during a run: one rollout per task at the eval temperature.
+
+Both use the same sampling seeds every time (``seeds.EVAL``, ``seeds.VALIDATION`` at iteration 0):
+a model scores the same each time, and before/after compare on common random numbers (paired,
+less noise).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from gigpo.train import seeds
+from gigpo.train.collect import sampling_params
+
+VAL_KEYS = ("success", "score", "episode_length", "num_trajectories")
+
+
+class Evaluator:
+    """``run(pool, seed)`` rolls out ``pool`` once per task with the sampler that ``sampler()``
+    returns, ready with the current weights (rank 0 only)."""
+
+    def __init__(self, cfg, envs, agent, tokenizer, sampler: Callable) -> None:
+        self.cfg, self.envs, self.agent, self.tokenizer, self.sampler = cfg, envs, agent, tokenizer, sampler
+
+    def run(self, pool, seed: int) -> tuple[dict, float]:
+        """(rollout metrics, seconds)."""
+        from gigpo.rollout import eval_rollout
+
+        t0 = time.perf_counter()
+        params = sampling_params(self.cfg, self.cfg.rollout.eval_temperature, seed)
+        _, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params)
+        return m, time.perf_counter() - t0
+
+    def validation(self, pool) -> dict:
+        """``val/*`` metrics on the validation tasks (best-model selection)."""
+        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.VALIDATION))
+        return {f"val/{k}": v for k, v in m.items() if k in VAL_KEYS} | {"time/val": secs}
+
+    def heldout(self, pool) -> dict:
+        """``eval/*`` metrics on the held-out tasks."""
+        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.EVAL))
+        return {f"eval/{k}": v for k, v in m.items()} | {"time/eval": secs}
