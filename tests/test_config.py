@@ -521,3 +521,36 @@ def test_estimator_options_are_declared_once_and_listed_under_each_estimator():
             assert f"{shown}=" in block, (name, opt)
         for opt in set(AlgorithmConfig.OPTIONS) - set(estimator_options(name)):
             assert f" {opt}=" not in block, (name, opt)
+
+
+# --------------------------------------------------------------------------- checks of the machine and the launch
+
+
+def test_check_run_refuses_one_process_features_under_torchrun():
+    from gigpo.train.checks import check_launch, check_run
+
+    server = load_config("configs/sokoban_tiny.yaml", ["rollout.backend=server"])
+    with pytest.raises(ConfigError, match=r"rollout\.backend: server runs in one trainer process only, but 2 were"):
+        check_run(server, world_size=2)
+    ppo = load_config(None, ["algorithm.estimator=ppo"])
+    with pytest.raises(ConfigError, match=r"algorithm\.estimator: 'ppo' trains a critic.*without torchrun"):
+        check_run(ppo, world_size=2)
+    for cfg in (server, ppo):
+        check_launch(cfg, 1)  # one process: fine
+    check_run(load_config("configs/sokoban_tiny.yaml", []), world_size=2)  # builds and resets one env
+
+
+def test_check_run_checks_the_model_device_env_and_trainability():
+    from gigpo.train.checks import check_run
+
+    base = "configs/sokoban_tiny.yaml"
+    for extra, message in (
+        (["model.name_or_path=/nonexistent/model"], r"model\.name_or_path: model directory .* does not exist"),
+        (["model.device=gpu0"], r"model\.device: 'gpu0' is not a torch device"),
+        (["env.kwargs.nonsense=1"], r"env\.kwargs: a sokoban env cannot be built"),
+        (["agent.mode=react", "rollout.prompt=full", "env.history_length=2"], r"agent\.mode: 'react' is a prompting"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            check_run(load_config(base, extra))
+    # eval: prompting agents are fine
+    check_run(load_config(base, ["agent.mode=react", "rollout.prompt=full", "env.history_length=2"]), train=False)

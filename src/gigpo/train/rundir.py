@@ -134,80 +134,12 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
     return lock
 
 
-# --------------------------------------------------------------------------- checks before the run dir
-
-
-def check_model_path(name_or_path: str) -> None:
-    """A local model dir must exist and hold a config, weights and a tokenizer file; aliases and
-    hub ids (``org/name``) pass (they are built or downloaded later)."""
-    if name_or_path in ("tiny", "smollm2-135m"):
-        return
-    p = Path(name_or_path).expanduser()
-    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1 or p.is_dir()
-    if not looks_local:
-        return
-    key = "model.name_or_path"
-    if not p.is_dir():
-        raise ConfigError(
-            f"{key}: model directory {name_or_path!r} does not exist (give a local dir with "
-            "config.json, weights and tokenizer, a hub id like 'org/name', or 'tiny')"
-        )
-    from gigpo.policy.load import model_dir_problems
-
-    missing = model_dir_problems(p)
-    if missing:
-        raise ConfigError(f"{key}: {name_or_path!r} is not a model directory: missing {', '.join(missing)}")
-
-
-def check_device(device: str) -> None:
-    import torch
-
-    if device == "auto":
-        return
-    try:
-        d = torch.device(device)
-    except (RuntimeError, ValueError) as e:
-        raise ConfigError(f"model.device: {device!r} is not a torch device ({e}); use cpu, cuda or cuda:0") from None
-    if d.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"model.device: {device!r} but CUDA is not available here; use model.device=cpu")
-        if d.index is not None and d.index >= torch.cuda.device_count():
-            raise ConfigError(f"model.device: {device!r} but only {torch.cuda.device_count()} CUDA device(s)")
-    elif d.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"model.device: {device!r} but MPS is not available here; use model.device=cpu")
-
-
-def check_env(cfg: Config) -> None:
-    """Build one env of ``env.family`` with ``env.kwargs`` and reset it on one train task."""
-    from gigpo.envs import make_env, make_tasks
-
-    e = cfg.env
-    try:
-        tasks = make_tasks(e.family, "train", n=1, seed=e.task_seed, **e.task_kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"env.task_kwargs: {e.family} tasks cannot be made with {e.task_kwargs}: {exc}") from None
-    if not tasks:
-        raise ConfigError(f"env.task_kwargs: {e.family} has no train tasks with {e.task_kwargs}")
-    try:
-        env = make_env(e.family, **e.kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"env.kwargs: a {e.family} env cannot be built with {e.kwargs}: {exc}") from None
-    try:
-        env.reset(tasks[0])
-    except Exception as exc:  # noqa: BLE001 - surfaced as a config problem, with its cause
-        raise ConfigError(
-            f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
-            f"train task: {type(exc).__name__}: {exc}"
-        ) from None
-    finally:
-        getattr(env, "close", lambda: None)()
-
-
 def preflight(cfg: Config) -> None:
-    """Everything that can be checked before the run directory is touched."""
-    check_model_path(cfg.model.name_or_path)
-    check_device(cfg.model.device)
-    check_env(cfg)
+    """``gigpo.train.checks.check_run`` under its old name, for ``Trainer.__init__`` until it calls
+    check_run itself (WORLD_SIZE is torchrun's)."""
+    from gigpo.train.checks import check_run
+
+    check_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
 
 
 # --------------------------------------------------------------------------- resume
