@@ -24,6 +24,12 @@ import yaml  # type: ignore[import-untyped]  # no stubs in the dev environment
 MAX_CONFIG_BYTES = 10 * 1024 * 1024
 HELP_WIDTH = 100
 
+# Upper bounds of counts: far above any real run, low enough that a typo (an extra 000) is refused
+# at load instead of allocating until memory runs out.
+MANY = 10**6  # tasks, episodes, rows
+LONG = 10**7  # iterations, optimizer steps
+TOKENS = 2**20  # tokens of one prompt or response (an LLM's context is far less)
+
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the key and the fix."""
