@@ -218,7 +218,7 @@ def test_ray_num_cpus_is_checked_and_only_taken_with_the_ray_executor():
         assert (envs.executor_name, envs.ray_num_cpus, envs.step_timeout, envs.reset_timeout) == ("ray", 0.5, 60, 300)
     with grouped_envs(load_config(None, ["env.executor=ray"]).env, group_size=2) as envs:
         assert envs.ray_num_cpus is None  # -1: Ray's actor default
-    with pytest.raises(ConfigError, match=r"env\.ray_num_cpus: must be >= 0 CPUs or -1"):
+    with pytest.raises(ConfigError, match=r"env\.ray_num_cpus: must be >= 0 or -1, got -0\.5"):
         load_config(None, ["env.executor=ray", "env.ray_num_cpus=-0.5"])
     with pytest.raises(ConfigError, match=r"env\.ray_num_cpus: applies only with env\.executor=ray"):
         load_config(None, ["env.executor=process", "env.ray_num_cpus=1"])
@@ -268,21 +268,15 @@ def test_estimator_options_take_the_estimators_names_and_defaults():
         load_config(None, ["algorithm.estimator=grp"])
 
 
-def test_configs_with_the_old_option_names_still_load(tmp_path):
-    """Run dirs written with step_advantage_w / enable_similarity + similarity_thresh resume."""
+@pytest.mark.parametrize("old", ["step_advantage_w: 0.5", "enable_similarity: true", "similarity_thresh: 0.8"])
+def test_old_option_names_are_unknown_keys(tmp_path, old):
+    """The names before the options took the estimators' own (step_weight, similarity_threshold)
+    are not read any more: they are refused like any unknown key, with the valid ones."""
     p = tmp_path / "old.yaml"
-    p.write_text(
-        "algorithm: {estimator: gigpo, mode: mean_std_norm, step_advantage_w: 0.5, enable_similarity: true,"
-        " similarity_thresh: 0.8, epsilon: 1.0e-6}\n"
-    )
-    a = load_config(p).algorithm
-    assert (a.step_weight, a.similarity_threshold, a.mode) == (0.5, 0.8, "mean_std_norm")
-    p.write_text(
-        "algorithm: {estimator: rloo, mode: mean_std_norm, step_advantage_w: 1.0, enable_similarity: false,"
-        " similarity_thresh: 0.95, epsilon: 1.0e-6}\n"
-    )
-    a = load_config(p).algorithm  # old configs listed every option: those rloo does not take are dropped
-    assert a.estimator_options() == {}
+    p.write_text(f"algorithm: {{estimator: gigpo, {old}}}\n")
+    key = old.split(":")[0]
+    with pytest.raises(ConfigError, match=rf"unknown config key 'algorithm\.{key}'\. (Did you mean|Valid keys)"):
+        load_config(p)
 
 
 def test_names_are_read_from_the_implementing_code():
@@ -389,3 +383,174 @@ def test_prompting_agents_and_the_api_backend_are_eval_only():
         with pytest.raises(ConfigError, match=key):
             load_config(None, overrides).check_trainable()
     load_config(None, []).check_trainable()
+
+
+# --------------------------------------------------------------------------- bounds, reading, help
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("env.group_size=1000000000", r"env\.group_size: must be <= 1024, got 1000000000"),
+        ("env.tasks_per_iter=1000000000", r"env\.tasks_per_iter: must be <= 10000, got 1000000000"),
+        ("env.tasks_per_iter=1e9", r"env\.tasks_per_iter: expected int, got str '1e9'"),
+        ("rollout.max_response_tokens=1000000000", r"rollout\.max_response_tokens: must be <= 1048576"),
+        ("rollout.max_response_tokens=1e9", r"rollout\.max_response_tokens: expected int"),
+        ("log.save_every=0", r"log\.save_every: must be >= 1, got 0"),
+        ("train.ppo_epochs=0", r"train\.ppo_epochs: must be >= 1, got 0"),
+        ("seed=-1", r"seed: must be >= 0, got -1"),
+        ("rollout.server.port=70000", r"rollout\.server\.port: must be <= 65535, got 70000"),
+        ("algorithm.gamma=1.5", r"algorithm\.gamma: must be in \[0, 1\], got 1\.5"),
+        ("train.clip_low=1", r"train\.clip_low: must be in \[0, 1\), got 1\.0"),
+        ("train.kl_type=kll", r"train\.kl_type: 'kll' is not one of .* Did you mean 'kl'"),
+    ],
+)
+def test_declared_bounds_refuse_a_value_with_the_key_named(override, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(None, [override])
+    assert "\n" not in str(e.value)
+
+
+def test_every_int_option_has_a_lower_and_an_upper_bound():
+    from gigpo.train.configtree import _leaves
+
+    for key, tp, f in _leaves(Config):
+        if tp is not int:
+            continue
+        b = f.metadata.get("bounds", {})
+        assert {"ge", "gt"} & set(b), f"{key} has no lower bound"
+        # train.torch_threads is bounded by the machine's CPUs (Config.check), not by a constant
+        assert {"le", "lt"} & set(b) or key == "train.torch_threads", f"{key} has no upper bound"
+
+
+def test_bounds_apply_to_sections_built_in_python_too():
+    from gigpo.train.config import LogConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match=r"log\.save_every: must be >= 1, got 0"):
+        LogConfig(save_every=0)
+    with pytest.raises(ConfigError, match=r"train\.lr: must be a finite number"):
+        TrainConfig(lr=float("nan"))
+
+
+def test_a_key_written_twice_in_a_yaml_file_is_refused_with_its_lines(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {lr: 0.1}\nseed: 1\ntrain: {iterations: 3}\n")
+    with pytest.raises(ConfigError, match=r"train: written twice in .*c\.yaml \(lines 1 and 3\)"):
+        load_config(p)
+    p.write_text("train:\n  lr: 0.1\n  lr: 0.2\n")
+    with pytest.raises(ConfigError, match=r"lr: written twice in .*\(lines 2 and 3\)"):
+        load_config(p)
+    # a YAML merge key is not a duplicate
+    p.write_text("train:\n  <<: {lr: 0.1, iterations: 2}\n  lr: 0.2\n")
+    assert load_config(p).train.lr == 0.2 and load_config(p).train.iterations == 2
+
+
+def test_unknown_yaml_key_hint_names_the_dotted_key(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {lrr: 0.1}\nenv: {tasks_per_itr: 4}\n")
+    with pytest.raises(ConfigError, match=r"Did you mean train\.lr\?") as e:
+        load_config(p)
+    assert "'lr'" not in str(e.value)
+    p.write_text("env: {tasks_per_itr: 4}\n")
+    with pytest.raises(ConfigError, match=r"Did you mean env\.tasks_per_iter\?"):
+        load_config(p)
+
+
+def test_a_config_path_that_is_not_a_yaml_text_file_is_one_line(tmp_path):
+    from gigpo.train import configtree
+
+    (tmp_path / "utf16.yaml").write_bytes("seed: 1\n".encode("utf-16"))
+    (tmp_path / "bin.yaml").write_bytes(bytes(range(256)))
+    cases = [
+        (tmp_path, "is a directory"),
+        (tmp_path / "utf16.yaml", "is not UTF-8 text"),
+        (tmp_path / "bin.yaml", "is not UTF-8 text"),
+        (tmp_path / "missing.yaml", "does not exist"),
+    ]
+    if Path("/dev/zero").exists():
+        cases.append((Path("/dev/zero"), f"is larger than {configtree.MAX_CONFIG_BYTES // 2**20} MB"))
+    for path, message in cases:
+        with pytest.raises(ConfigError, match=message) as e:
+            load_config(path)
+        assert "\n" not in str(e.value)
+
+
+def test_help_is_in_sections_wrapped_to_100_columns():
+    from gigpo.train.configtree import section_names
+
+    text = help_text()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    names = section_names(Config)
+    assert names[0] == "top" and {"env", "algorithm", "rollout", "rollout.server", "train", "log"} <= set(names)
+    for name in names:
+        assert any(line.startswith(f"{name}:") for line in text.splitlines()), name
+    env = help_text("env")
+    assert "env.group_size (int, default 8, [1, 1024])" in env and "train.lr" not in env
+    rollout = help_text("rollout")  # a section shows the sections under it
+    assert "rollout.top_p" in rollout and "rollout.server.urls" in rollout and "env.family" not in rollout
+    assert "seed (int, default 0" in help_text("top") and "env.family" not in help_text("top")
+    with pytest.raises(ConfigError, match=r"no config section 'rollot'.*Did you mean 'rollout'"):
+        help_text("rollot")
+
+
+def test_help_holds_no_machine_measurements():
+    text = " ".join(help_text().split())
+    for phrase in ("2-core", "GB per iteration", "~2x", "~40x", "1.6-1.9x", "fastest on a shared"):
+        assert phrase not in text
+
+
+def test_estimator_options_are_declared_once_and_listed_under_each_estimator():
+    import dataclasses
+
+    from gigpo.advantages import ESTIMATORS, estimator_options
+    from gigpo.train.config import OPTION, AlgorithmConfig
+
+    tagged = tuple(f.name for f in dataclasses.fields(AlgorithmConfig) if OPTION in f.metadata["tags"])
+    assert AlgorithmConfig.OPTIONS == tagged and "step_weight" in tagged and "estimator" not in tagged
+    # every option a registered estimator takes is one of the tagged fields or algorithm.options.<name>
+    text = help_text("algorithm")
+    lines = {line.split(":")[0].strip(): line for line in text.splitlines() if line.startswith("    ")}
+    for name in ESTIMATORS:
+        block = lines[name]
+        i = text.splitlines().index(block)
+        rest = text.splitlines()[i + 1 :]
+        while rest and rest[0].startswith(" " * 22):  # the estimator's wrapped lines
+            block += rest.pop(0)
+        for opt in estimator_options(name):
+            shown = opt if opt in AlgorithmConfig.OPTIONS else f"options.{opt}"
+            assert f"{shown}=" in block, (name, opt)
+        for opt in set(AlgorithmConfig.OPTIONS) - set(estimator_options(name)):
+            assert f" {opt}=" not in block, (name, opt)
+
+
+# --------------------------------------------------------------------------- checks of the machine and the launch
+
+
+def test_check_run_refuses_one_process_features_under_torchrun():
+    from gigpo.train.checks import check_launch, check_run
+
+    server = load_config("configs/sokoban_tiny.yaml", ["rollout.backend=server"])
+    with pytest.raises(ConfigError, match=r"rollout\.backend: server runs in one trainer process only, but 2 were"):
+        check_run(server, world_size=2)
+    ppo = load_config(None, ["algorithm.estimator=ppo"])
+    with pytest.raises(ConfigError, match=r"algorithm\.estimator: 'ppo' trains a critic.*without torchrun"):
+        check_run(ppo, world_size=2)
+    for cfg in (server, ppo):
+        check_launch(cfg, 1)  # one process: fine
+    check_run(load_config("configs/sokoban_tiny.yaml", []), world_size=2)  # builds and resets one env
+
+
+def test_check_run_checks_the_model_device_env_and_trainability():
+    from gigpo.train.checks import check_run
+
+    base = "configs/sokoban_tiny.yaml"
+    for extra, message in (
+        (["model.name_or_path=/nonexistent/model"], r"model\.name_or_path: model directory .* does not exist"),
+        (["model.device=gpu0"], r"model\.device: 'gpu0' is not a torch device"),
+        (["env.kwargs.nonsense=1"], r"env\.kwargs: a sokoban env cannot be built"),
+        (["agent.mode=react", "rollout.prompt=full", "env.history_length=2"], r"agent\.mode: 'react' is a prompting"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            check_run(load_config(base, extra))
+    # eval: prompting agents are fine
+    check_run(load_config(base, ["agent.mode=react", "rollout.prompt=full", "env.history_length=2"]), train=False)

@@ -139,7 +139,7 @@ def test_bad_kwargs_model_or_device_fail_before_the_run_dir_exists(tmp_path, ext
 
 
 def test_model_dir_without_tokenizer_is_refused(tmp_path):
-    from gigpo.train.rundir import check_model_path
+    from gigpo.train.checks import check_model_path
 
     d = tmp_path / "m"
     d.mkdir()

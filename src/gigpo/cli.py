@@ -5,9 +5,12 @@
     gigpo sft   [--config FILE] [--out DIR] [key=value ...]
     gigpo serve [--config FILE] [--port N] [key=value ...]   a vLLM server for rollout.backend=server
     gigpo report RUN_DIR ...                             (dispatched to gigpo.report.main)
+    gigpo --version
 
 Every ``key=value`` is a dotted config key (``algorithm.estimator=grpo train.lr=1e-5``); the full
-list with types, defaults and descriptions is in each command's ``--help``.
+list with types, defaults, ranges and descriptions, by section, is in each command's ``--help``
+(one section: ``--help-section env``). ``--print-config`` prints the resolved config as YAML and
+exits (the file ``--config`` reads back to the same config).
 
 A user error (bad config, model path or checkpoint, a locked run dir, a full or read-only disk,
 Ctrl-C) ends with one ``gigpo: ...`` line saying what to do; exit codes: 2 usage/config error,
@@ -24,7 +27,10 @@ import errno
 import importlib.util
 import os
 import sys
+import textwrap
 from pathlib import Path
+
+HELP_WIDTH = 100
 
 
 class UsageError(Exception):
@@ -36,23 +42,50 @@ _RUN_DIR: list[Path] = []
 
 
 def _parser(cmd: str, desc: str) -> argparse.ArgumentParser:
-    from gigpo.train.config import help_text
+    from gigpo.train.config import Config, help_text
+    from gigpo.train.configtree import section_names
 
     p = argparse.ArgumentParser(
         prog=f"gigpo {cmd}",
-        description=desc,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="config keys (set with key=value):\n" + help_text(),
+        description=textwrap.fill(desc, HELP_WIDTH),
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, width=HELP_WIDTH),
+        epilog="config keys by section, set with key=value (one section: --help-section SECTION):\n\n" + help_text(),
     )
     p.add_argument("--config", help="YAML config file (see configs/)")
+    p.add_argument(
+        "--help-section",
+        metavar="SECTION",
+        help=f"show the config keys of one section and exit: {', '.join(section_names(Config))}",
+    )
+    p.add_argument(
+        "--print-config", action="store_true", help="print the resolved config (YAML, readable by --config) and exit"
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted config overrides")
     return p
+
+
+def _parse(p: argparse.ArgumentParser, argv):
+    """The parsed arguments, or None when ``--help-section`` was answered."""
+    args = p.parse_args(argv)
+    if args.help_section is None:
+        return args
+    from gigpo.train.config import help_text
+
+    print(help_text(args.help_section))
+    return None
 
 
 def _load(args):
     from gigpo.train.config import load_config
 
     return load_config(args.config, args.overrides)
+
+
+def _print_config(cfg) -> int:
+    from gigpo.train.config import config_yaml
+
+    print(config_yaml(cfg), end="")
+    return 0
 
 
 def _threads(cfg) -> None:
@@ -77,7 +110,9 @@ def cmd_train(argv) -> int:
         "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
         "RUN_DIR/config_changes.jsonl",
     )
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
+    if args is None:
+        return 0
     if args.force and not args.resume:
         raise UsageError("--force only applies with --resume RUN_DIR")
     if args.resume:
@@ -90,6 +125,8 @@ def cmd_train(argv) -> int:
         args.config = str(cfg_path)
         args.overrides = [f"output_dir={run.parent}", f"name={run.name}", *args.overrides]
     cfg = _load(args)
+    if args.print_config:
+        return _print_config(cfg)
     _threads(cfg)
     from gigpo.train.trainer import Trainer
     from gigpo.learner.update import TrainingDiverged
@@ -123,8 +160,12 @@ def cmd_train(argv) -> int:
 
 def cmd_eval(argv) -> int:
     p = _parser("eval", "Evaluate model.name_or_path on the held-out (eval split) tasks.")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
+    if args is None:
+        return 0
     cfg = _load(args)
+    if args.print_config:
+        return _print_config(cfg)
     _threads(cfg)
     import json
 
@@ -138,8 +179,12 @@ def cmd_eval(argv) -> int:
 def cmd_sft(argv) -> int:
     p = _parser("sft", "Supervised warm start on expert demonstrations; saves an HF model dir.")
     p.add_argument("--out", help="output model dir (default: the cache dir keyed by the SFT config)")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
+    if args is None:
+        return 0
     cfg = _load(args)
+    if args.print_config:
+        return _print_config(cfg)
     _threads(cfg)
     from gigpo.train.sft import build_sft_dir, ensure_sft_model
 
@@ -161,8 +206,12 @@ def cmd_serve(argv) -> int:
         "'rollout.server.urls=[http://127.0.0.1:PORT]' (docs/serving.md). Ctrl-C stops it.",
     )
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; rollout.server.port overrides)")
-    args = p.parse_args(argv)
+    args = _parse(p, argv)
+    if args is None:
+        return 0
     cfg = _load(args)
+    if args.print_config:
+        return _print_config(cfg)
     from gigpo.train.serving import serve
 
     return serve(cfg, port=args.port)
@@ -180,13 +229,18 @@ def main(argv: list[str] | None = None) -> int:
         "  sft     supervised warm start on expert demonstrations\n"
         "  serve   start a vLLM server for a config's model (rollout.backend=server)\n"
         "  report  summarise a run directory\n"
-        "Run 'gigpo <command> --help' for options."
+        "Run 'gigpo <command> --help' for options and every config key; 'gigpo --version' for the version."
     )
     if not argv:
         print(usage, file=sys.stderr)
         return 2
     if argv[0] in ("-h", "--help"):
         print(usage)
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from gigpo import __version__
+
+        print(f"gigpo {__version__}")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "report":

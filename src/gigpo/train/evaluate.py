@@ -59,16 +59,13 @@ def evaluate_model(cfg, make_generator=None) -> dict:
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout, prompting_eval
     from gigpo.train.build import build_agent, grouped_envs, load_kwargs
-    from gigpo.train.rundir import check_model_path
+    from gigpo.train.checks import check_run
 
-    check_model_path(cfg.model.name_or_path)  # the train preflight's checks, before anything loads
+    check_run(cfg, train=False)  # model path, device, env: before anything loads
     api = cfg.rollout.backend == "api" and make_generator is None
     if api:
         model, tok = None, _load_tokenizer(cfg)
     else:
-        from gigpo.train.rundir import check_device
-
-        check_device(cfg.model.device)
         model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)

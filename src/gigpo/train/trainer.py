@@ -20,8 +20,8 @@ evaluates and writes the run directory; every rank runs the update on its share 
 from __future__ import annotations
 
 import json
+import os
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -73,33 +73,14 @@ class Trainer:
         resume to change run-defining config keys (recorded in ``config_changes.jsonl``).
         ``make_generator``: ``(model, tokenizer) -> Generator`` that samples the rollouts from the
         trained ``model`` (default ``HFGenerator``; docs/extending.md, "Add a model backend")."""
-        from gigpo.learner.precision import native_bf16
-        from gigpo.train.rundir import open_run_dir, preflight
+        from gigpo.train.checks import check_run
+        from gigpo.train.rundir import open_run_dir
 
         self.cfg, self.run_dir, self.make_generator = cfg, cfg.run_dir, make_generator
-        cfg.check_trainable()  # prompting agents and the api backend are eval-only
+        # Every check of the config against this machine and launch, before the run dir changes.
+        check_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
         torch.set_num_threads(cfg.train.torch_threads)
-        if cfg.train.autocast == "bf16" and not native_bf16(torch.device(cfg.model.device).type):
-            warnings.warn(
-                f"train.autocast=bf16 on {cfg.model.device}, which has no native bfloat16 matmuls (a CPU "
-                "without AVX512): the update runs many times slower than in float32; set train.autocast=auto",
-                stacklevel=2,
-            )
-        preflight(cfg)  # a bad model path, device or env option fails before the run dir changes
         self.dist = Dist.from_env(cfg.train.distributed, cfg.model.device, cfg.train.dist_timeout_min)
-        if self.dist.enabled:  # features that run in one trainer process only
-            from gigpo.train.config import ConfigError
-
-            if cfg.rollout.backend == "server":
-                raise ConfigError(
-                    "rollout.backend=server runs in one trainer process only; launch it without torchrun "
-                    "(or use rollout.backend=hf)"
-                )
-            if cfg.needs_critic():
-                raise ConfigError(
-                    f"algorithm.estimator={cfg.algorithm.estimator!r} trains a critic, which runs in one process "
-                    "only; launch it without torchrun (or pick a critic-free estimator: gigpo, grpo, rloo)"
-                )
         seeds.seed_all(cfg.seed)
         # A new run never appends to or overwrites an old one: the old one is kept, renamed.
         self._lock = open_run_dir(self.run_dir, resume=resume) if self.dist.is_main else None
