@@ -1,4 +1,4 @@
-"""The README's library example runs, every relative link in README.md and docs/ resolves, and
+"""The README's library example runs, every relative link in README.md, docs/ and research/ resolves, and
 docs/extending.md's examples are the fixtures the tests run."""
 
 import re
@@ -22,7 +22,8 @@ def test_readme_python_example_runs():
 
 def test_relative_links_resolve():
     broken = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "research").rglob("*.md"))]
+    for doc in docs:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
             if re.match(r"[a-z]+:", target):
                 continue  # http(s), mailto
