@@ -46,3 +46,43 @@ def test_extending_backend_example_is_the_tested_fixture():
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     fixture = (ROOT / "tests" / "data" / "plugin_generator" / "my_generator.py").read_text()
     assert example in fixture  # tests/test_policy_backend.py runs the fixture against HFGenerator
+
+
+def _section(text: str, heading: str) -> str:
+    """The text of ``heading``'s section, up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    body = text.split(heading + "\n", 1)[1]
+    m = re.search(rf"^#{{1,{len(level)}}} ", body, re.M)
+    return body[: m.start()] if m else body
+
+
+def test_architecture_names_every_registered_family_estimator_and_backend():
+    import gigpo.advantages
+    from gigpo.advantages import ALIASES, ESTIMATORS
+    from gigpo.envs.builtin import BUILTIN
+    from gigpo.train.config import BACKENDS
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = _section(doc, "## Environments")
+    missing = [f"family {s.name}" for s in BUILTIN if f"| `{s.name}` |" not in table]
+    intro = doc.split("\n## ", 1)[0]  # the page's opening paragraph lists the estimators
+    missing += [f"estimator {n}" for n in [*ESTIMATORS, *ALIASES] if f"`{n}`" not in intro]
+    missing += [f"backend {b}" for b in BACKENDS if f"`{b}`" not in doc]
+    assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)
+    module_doc = gigpo.advantages.__doc__
+    assert not [n for n in [*ESTIMATORS, *ALIASES] if f"``{n}``" not in module_doc], "gigpo.advantages' docstring"
+
+
+def test_every_shipped_config_runs_a_documented_builtin_family():
+    import yaml
+
+    from gigpo.envs.builtin import BUILTIN
+
+    builtin = {s.name for s in BUILTIN}
+    table = _section((ROOT / "docs" / "architecture.md").read_text(), "## Environments")
+    configs = sorted((ROOT / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        family = yaml.safe_load(path.read_text())["env"]["family"]
+        assert family in builtin, f"{path.name}: {family} is not a built-in family"
+        assert f"| `{family}` |" in table, f"{path.name}: {family} is not in docs/architecture.md's family table"
