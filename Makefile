@@ -63,8 +63,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks research
+	$(BIN)/ruff format --check src tests benchmarks research
 	$(BIN)/mypy
 
 bench: setup

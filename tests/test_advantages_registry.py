@@ -27,7 +27,7 @@ def test_ablations_are_the_two_parts_of_gigpo():
     np.testing.assert_array_equal(no_step.advantages, full.episode_advantages)
     np.testing.assert_array_equal(no_ep.advantages, full.step_advantages)
     np.testing.assert_allclose(no_step.advantages + no_ep.advantages, full.advantages, atol=1e-6)
-    # ...and without its step part GiGPO is GRPO exactly (benchmarks/learning.py reuses GRPO's runs)
+    # ...and without its step part GiGPO is GRPO exactly (research/learning.py reuses GRPO's runs)
     np.testing.assert_array_equal(
         no_step.advantages, compute_advantages("grpo", mode="mean_std_norm", **BATCH).advantages
     )

@@ -1,4 +1,4 @@
-"""benchmarks/learning.py: runs differ only in the estimator, resumability, and the --quick pipeline
+"""research/learning.py: runs differ only in the estimator, resumability, and the --quick pipeline
 (real runs of `tiny` on ALFWorld -> summaries, table and plots whose numbers match the metrics)."""
 
 from __future__ import annotations
@@ -414,14 +414,14 @@ def test_sokoban_section_has_outcome_columns_paired_differences_and_group_sizes(
 
 @pytest.mark.parametrize("family", ["alfworld", "webshop"])
 def test_sections_without_those_metrics_rebuild_exactly_as_committed(family, tmp_path):
-    committed = ROOT / "docs" / "results" / family
+    committed = ROOT / "research" / "results" / family
     res = tmp_path / "results" / family
     res.mkdir(parents=True)
     for p in committed.glob("*.json"):
         (res / p.name).write_text(p.read_text())
     R.write_report(tmp_path, family)
     pat = re.escape(R.BEGIN.format(family)) + ".*?" + re.escape(R.END.format(family))
-    want = re.search(pat, (ROOT / "docs" / "results.md").read_text(), re.S).group(0)
+    want = re.search(pat, (ROOT / "research" / "results.md").read_text(), re.S).group(0)
     assert re.search(pat, (tmp_path / "results.md").read_text(), re.S).group(0) == want
     assert not (res / "step_group_sizes.png").exists()
 

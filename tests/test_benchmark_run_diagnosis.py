@@ -1,4 +1,4 @@
-"""benchmarks/run_diagnosis.py on a planted trajectory file: put-backs and held-state aliasing."""
+"""research/run_diagnosis.py on a planted trajectory file: put-backs and held-state aliasing."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""benchmarks/seeds.py: seed lists, resume detection and the table it prints."""
+"""research/seeds.py: seed lists, resume detection and the table it prints."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The README's library example runs, every relative link in README.md and docs/ resolves, and
+"""The README's library example runs, every relative link in README.md, docs/ and research/ resolves, and
 docs/extending.md's examples are the fixtures the tests run."""
 
 import re
@@ -22,7 +22,8 @@ def test_readme_python_example_runs():
 
 def test_relative_links_resolve():
     broken = []
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "research").rglob("*.md"))]
+    for doc in docs:
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
             if re.match(r"[a-z]+:", target):
                 continue  # http(s), mailto
@@ -45,3 +46,43 @@ def test_extending_backend_example_is_the_tested_fixture():
     example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     fixture = (ROOT / "tests" / "data" / "plugin_generator" / "my_generator.py").read_text()
     assert example in fixture  # tests/test_policy_backend.py runs the fixture against HFGenerator
+
+
+def _section(text: str, heading: str) -> str:
+    """The text of ``heading``'s section, up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    body = text.split(heading + "\n", 1)[1]
+    m = re.search(rf"^#{{1,{len(level)}}} ", body, re.M)
+    return body[: m.start()] if m else body
+
+
+def test_architecture_names_every_registered_family_estimator_and_backend():
+    import gigpo.advantages
+    from gigpo.advantages import ALIASES, ESTIMATORS
+    from gigpo.envs.builtin import BUILTIN
+    from gigpo.train.config_rollout import BACKENDS
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = _section(doc, "## Environments")
+    missing = [f"family {s.name}" for s in BUILTIN if f"| `{s.name}` |" not in table]
+    intro = doc.split("\n## ", 1)[0]  # the page's opening paragraph lists the estimators
+    missing += [f"estimator {n}" for n in [*ESTIMATORS, *ALIASES] if f"`{n}`" not in intro]
+    missing += [f"backend {b}" for b in BACKENDS if f"`{b}`" not in doc]
+    assert not missing, "docs/architecture.md does not name: " + ", ".join(missing)
+    module_doc = gigpo.advantages.__doc__
+    assert not [n for n in [*ESTIMATORS, *ALIASES] if f"``{n}``" not in module_doc], "gigpo.advantages' docstring"
+
+
+def test_every_shipped_config_runs_a_documented_builtin_family():
+    import yaml
+
+    from gigpo.envs.builtin import BUILTIN
+
+    builtin = {s.name for s in BUILTIN}
+    table = _section((ROOT / "docs" / "architecture.md").read_text(), "## Environments")
+    configs = sorted((ROOT / "configs").glob("*.yaml"))
+    assert configs
+    for path in configs:
+        family = yaml.safe_load(path.read_text())["env"]["family"]
+        assert family in builtin, f"{path.name}: {family} is not a built-in family"
+        assert f"| `{family}` |" in table, f"{path.name}: {family} is not in docs/architecture.md's family table"

@@ -1,4 +1,4 @@
-"""Advantage estimators for GiGPO, GRPO and RLOO over plain numpy row arrays.
+"""Advantage estimators for GiGPO, GRPO, RLOO, PPO (GAE with a critic) and GraphGPO over plain numpy row arrays.
 
 One row = one agent step. The trainer calls only ``compute_advantages(name, ...)``; the pieces
 are public so other trainers (verl, TRL) can use them directly:
@@ -10,8 +10,8 @@ are public so other trainers (verl, TRL) can use them directly:
   difflib-exact greedy clustering, pruned by a sound LCS bound) build the step groups;
 - ``ESTIMATORS`` / ``ALIASES`` / ``register`` / ``canonical_name`` / ``estimator_options`` /
   ``needs_values``: the registry (names ``gigpo``, ``grpo``, ``rloo``, the paper's ablations
-  ``gigpo_no_step``, ``gigpo_no_episode``, and ``ppo``, PPO with a learned critic, which takes the
-  critic's per-token values; verl's name ``gae`` is an alias of ``ppo``);
+  ``gigpo_no_step``, ``gigpo_no_episode``, ``ppo``, PPO with a learned critic, which takes the
+  critic's per-token values (verl's name ``gae`` is an alias of ``ppo``), and ``graphgpo``);
 - ``gae``, ``masked_whiten``, ``row_gae`` (``gae.py``): Generalized Advantage Estimation over
   token rows (docs/algorithm.md#ppo-with-a-learned-critic);
 - ``graphgpo``, ``graph_step_returns``, ``state_graph``, ``goal_distances`` (``graph.py``):

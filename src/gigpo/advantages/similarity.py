@@ -26,7 +26,7 @@ import numpy as np
 
 from ._types import Anchors, ArrayLike, LabelArray
 
-try:  # Optional: cydifflib is difflib's own algorithm compiled with Cython (same ratios, ~3x faster).
+try:  # Optional: cydifflib is difflib's own algorithm compiled with Cython (same ratios, faster).
     from cydifflib import SequenceMatcher
 except ImportError:  # pragma: no cover - depends on the environment
     SequenceMatcher = difflib.SequenceMatcher

@@ -83,7 +83,7 @@ def render_prompt(
             (``FamilySpec.observation_is_state``); task, history, action list and format
             instruction are left out. An option for small models built from scratch, which
             learn to read a bare Sokoban grid faster than the same grid inside the ~300-token
-            template (docs/notes/sokoban-tiny-does-not-read-the-grid.md); not the reference prompt.
+            template (research/notes/sokoban-tiny-does-not-read-the-grid.md); not the reference prompt.
         preamble: text parts shown after the system prompt, before the task (the prompting
             agents' few-shot examples and reflections, ``gigpo.agent.prompting``); not with
             ``form="observation"``.

@@ -3,7 +3,7 @@
 An expert demonstration teaches reading only at the few steps whose action depends on the task's
 words: taking the task's object, and carrying it to the task's receptacle type. A 120-episode
 SFT set has ~240 such rows, and a from-scratch model learns from them where the expert usually
-goes, not to copy the name from its task (docs/notes/why-tiny-does-not-read.md). Relabelling makes each such row a
+goes, not to copy the name from its task (research/notes/why-tiny-does-not-read.md). Relabelling makes each such row a
 contrastive set: same scene, same history, the task naming another object (or receptacle type)
 in view, and the action the expert would then take. The only way to fit all of them is to read.
 This is hindsight relabelling (Andrychowicz et al., 2017, HER) applied to the task text.

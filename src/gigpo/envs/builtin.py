@@ -77,7 +77,7 @@ ALFWORLD = FamilySpec(
     sft_relabel=True,
     # TextWorld's PDDL parser is shared module state and breaks under threads.
     thread_safe=False,
-    # ALFWorld episodes cost ~1 s each on a loaded CPU but repeat the same words.
+    # ALFWorld episodes are slow to play but repeat the same words: a few cover its vocabulary.
     tiny_corpus_episodes=6,
     engines=("alfworld", "textworld"),
 )

@@ -47,7 +47,8 @@ from typing import Any, Callable, Mapping, Sequence
 Outcome = tuple[str, Any]  # ("ok", value) | ("err", message)
 EXECUTORS = ("inline", "thread", "process", "ray")
 
-# Threads in workers and children: two cores shared by many envs; more threads run far slower.
+# Threads in workers and children: one each, since many envs share few cores and more threads than
+# cores run far slower.
 _ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 

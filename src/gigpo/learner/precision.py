@@ -11,7 +11,7 @@ def native_bf16(device_type: str) -> bool:
     """Whether ``device_type`` runs bfloat16 matmuls natively.
 
     CPUs need AVX512 (oneDNN's bf16 kernels); without it torch falls back to a reference GEMM
-    that made the update ~40x slower than float32 on an AVX2-only CPU (docs/notes/bf16-autocast.md).
+    that is many times slower than float32 (measured in research/notes/bf16-autocast.md).
     """
     if device_type == "cuda":
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
@@ -31,8 +31,8 @@ def autocast_context(model, mode: str):
     """``torch.autocast`` for ``train.autocast`` (``none``, ``bf16`` or ``auto``) on the model's device.
 
     Only the model's matmuls run in bfloat16; ``response_logprobs`` casts the logits to float32
-    before the softmax, so log-probs, ratios and the loss are float32. Measured on the SFT'd
-    ``tiny`` against the sampler's float32 log-probs: mean |d logp| 1e-4, max 0.02 (docs/notes/bf16-autocast.md).
+    before the softmax, so log-probs, ratios and the loss are float32. How far they move from the
+    sampler's float32 log-probs is measured in research/notes/bf16-autocast.md.
     """
     device = next(model.parameters()).device
     if resolve_autocast(mode, device.type) == "none":

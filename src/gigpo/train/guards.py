@@ -6,7 +6,8 @@ answers whether the best point moved and, on a collapse, why to roll back. The t
 restores the checkpoint pinned as best (``gigpo.train.checkpoint.pin_best``: the model and its
 optimizer state), scales the learning rate by ``guard.lr_factor`` and goes on; after
 ``guard.max_rollbacks`` it stops early. Its state is part of every checkpoint, so ``--resume``
-continues it exactly. docs/training.md has the measurements behind the defaults.
+continues it exactly. docs/training.md explains the defaults; research/results.md has the
+measurements behind them.
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ def sft_lr_factor(step: int, steps: int, warmup_steps: int) -> float:
     """Linear warm-up over ``warmup_steps``, then linear decay to 0 at ``steps``.
 
     Why warm-up: Adam's first full-size steps on a from-scratch ``tiny`` leave it unable to learn
-    to copy a name from its prompt for hundreds of steps (docs/notes/default-job-settings.md#sft-learning-rate-warm-up).
+    to copy a name from its prompt for hundreds of steps
+    (research/notes/default-job-settings.md#sft-learning-rate-warm-up).
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps

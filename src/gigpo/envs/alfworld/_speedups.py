@@ -2,12 +2,12 @@
 
 TextWorld re-parses the same grammar template strings with tatsu on every derivation and
 deep-copies the derivation context for every symbol; on ALFWorld that is most of a step's time
-(measured: ~35 ms -> ~3-6 ms a step on one CPU core). We memoise the two pure parse functions and
+(docs/performance.md has the measurement). We memoise the two pure parse functions and
 make the context copy shallow: derivation only ever adds keys to the copied ``variables`` and
 ``mapping`` dicts (``textgen.query``), it never mutates their values, so a dict copy is enough.
 
-Resets: ``PddlState`` runs Fast Downward's PDDL->SAS translation (grounding, ~0.25 s) twice per
-state, and ``PddlEnv`` builds a new state at ``load`` and again at every ``reset``. The
+Resets: ``PddlState`` runs Fast Downward's PDDL->SAS translation (grounding, the slow part of a
+reset) twice per state, and ``PddlEnv`` builds a new state at ``load`` and again at every ``reset``. The
 translation is a pure function of (domain, problem) whose result is only read afterwards, so we
 memoise it (a small LRU); replaying a game (GiGPO groups) then resets in milliseconds. The
 ``GameLogic`` (grammar parse) is memoised by its text likewise.

@@ -43,7 +43,7 @@ def make_retriever(
         return HTTPRetriever(url, timeout=timeout, retries=retries, backoff=backoff)
     if corpus_path:
         return BM25Retriever.from_jsonl(corpus_path, cache_dir=cache_dir)
-    return BM25Retriever(generate_world(world_seed).docs)  # ~0.1 s to index; memory cache only
+    return BM25Retriever(generate_world(world_seed).docs)  # quick to index; memory cache only
 
 
 def make_env(

@@ -10,8 +10,8 @@ reference) and the share of moves that would leave the grid unchanged.
 ``grid`` only the grid in the env's style; ``coords`` the grid plus a line naming the rows and
 columns of the player, the box and the target.
 
-    OMP_NUM_THREADS=1 python experiments/sokoban_reading_probe.py --format full --steps 600
-    python experiments/sokoban_reading_probe.py --steps 2 --eval-rows 8 --eval-every 1   # smoke run
+    OMP_NUM_THREADS=1 python research/experiments/sokoban_reading_probe.py --format full --steps 600
+    python research/experiments/sokoban_reading_probe.py --steps 2 --eval-rows 8 --eval-every 1   # smoke run
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 already been in earlier in the same episode (1 - distinct states / steps, averaged over
 episodes), at the config's eval temperature 0.4, with success and the share out of steps.
 
-    python experiments/sokoban_revisits.py start=DIR gigpo=RUN/model grpo=RUN/model [--rooms 128]
+    python research/experiments/sokoban_revisits.py start=DIR gigpo=RUN/model grpo=RUN/model [--rooms 128]
 
-The finding it backs: docs/results.md, "Sokoban from a weaker start".
+The finding it backs: research/results.md, "Sokoban from a weaker start".
 """
 
 from __future__ import annotations

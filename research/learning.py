@@ -6,16 +6,16 @@ family's ``configs/<family>_tiny.yaml``, read at run time); only the advantage e
 Runs are ``gigpo train`` subprocesses (one torch thread each, ``--jobs`` at a time), so a killed
 comparison continues where it stopped: complete runs are skipped, partial ones ``--resume``.
 
-    python benchmarks/learning.py                       # full ALFWorld comparison (~65 min, 2 cores)
-    python benchmarks/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~30 min)
-    python benchmarks/learning.py --estimators gigpo_std_norm,grpo,ppo   # with PPO + critic (opt-in)
-    python benchmarks/learning.py --estimators gigpo_std_norm,grpo,graphgpo   # with GraphGPO (opt-in)
-    python benchmarks/learning.py --family webshop
-    python benchmarks/learning.py --family sokoban
-    python benchmarks/learning.py --quick --out /tmp/x  # smoke run of a few minutes
-    python benchmarks/learning.py --report-only         # rebuild docs/results.md from docs/results/
+    python research/learning.py                       # full ALFWorld comparison (~65 min, 2 cores)
+    python research/learning.py --estimators gigpo_std_norm,grpo   # the headline pair (~30 min)
+    python research/learning.py --estimators gigpo_std_norm,grpo,ppo   # with PPO + critic (opt-in)
+    python research/learning.py --estimators gigpo_std_norm,grpo,graphgpo   # with GraphGPO (opt-in)
+    python research/learning.py --family webshop
+    python research/learning.py --family sokoban
+    python research/learning.py --quick --out /tmp/x  # smoke run of a few minutes
+    python research/learning.py --report-only         # rebuild research/results.md from research/results/
 
-Outputs (``--out``, default ``docs/``): ``results.md`` (a generated section per family, text
+Outputs (``--out``, default ``research/``): ``results.md`` (a generated section per family, text
 outside the markers is kept), ``results/<family>/*.png`` (held-out success against iterations and
 against training wall-clock) and ``results/<family>/<variant>-s<seed>.json`` (compact per-run
 summaries of ``metrics.jsonl``; the report is computed from these alone).
@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning_report  # noqa: E402  (benchmarks/ is not a package)
+import learning_report  # noqa: E402  (research/ is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,14 +87,14 @@ CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo", *ANCHOR_VARIANTS, *
 # Variants whose advantages equal another variant's exactly (tests/test_advantages_registry.py):
 # with mean_std_norm, GiGPO without its step part is GRPO's episode advantage, so with the same
 # seed its run is GRPO's run, step for step (measured: identical per-seed results and statistics,
-# docs/results.md). When both are asked for, the benchmark runs the pair once and reports the run
+# research/results.md). When both are asked for, the benchmark runs the pair once and reports the run
 # under both names (marked); ``--rerun-identical`` runs it anyway, as a determinism check.
 IDENTICAL = {"gigpo_no_step": "grpo"}
 
 # Budget of the full comparison per family, on top of configs/<family>_tiny.yaml (the same for
 # every variant). ALFWorld: 10 iterations of 8 tasks x 4 rollouts (half the default job's 20) with
 # the update in bf16 autocast where the CPU has AVX512 (1.6x faster iterations; gradients at cosine
-# 0.9999 to float32's for every estimator and no estimator-specific effect on results, docs/notes/bf16-autocast.md),
+# 0.9999 to float32's for every estimator and no estimator-specific effect on results, research/notes/bf16-autocast.md),
 # and the config's 96 held-out tasks before and after: with two runs in parallel, one thread each,
 # an iteration takes ~40 s and an eval ~75 s, so all six variants x 3 seeds (15 runs,
 # gigpo_no_step being GRPO's) fit the 90-minute budget: 65 min measured (float32: ~91).
@@ -136,7 +136,7 @@ COMMON = [
 ]
 # Rough seconds when no finished run exists to calibrate from (two runs at a time on a 2-core
 # machine), by ``train.autocast``. ALFWorld bf16: 42 s an iteration, the mean of the bf16
-# comparison in docs/results.md (AVX-512 CPU); float32 ("none", what `auto` picks on an AVX2-only
+# comparison in research/results.md (AVX-512 CPU); float32 ("none", what `auto` picks on an AVX2-only
 # CPU): 136 s an iteration and 128 s an eval, the means of the anchor comparison's float32 runs
 # (AVX2-only CPU). WebShop measured in float32 only, Sokoban in bf16 only (the bare-grid prompt:
 # 9.8-11.6 s per iteration, ~6 s per 64-room eval); the other figure scaled by ALFWorld's ratio.
@@ -152,7 +152,7 @@ def parse_args(argv=None):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--family", default="alfworld", choices=sorted(FULL), help="env family")
-    p.add_argument("--out", default=str(ROOT / "docs"), help="where results.md and results/ go")
+    p.add_argument("--out", default=str(ROOT / "research"), help="where results.md and results/ go")
     p.add_argument("--runs-dir", default=None, help="parent of the run dirs (default runs/learning-<family>[-quick])")
     p.add_argument(
         "--estimators",

@@ -6,8 +6,8 @@ This plays one episode per held-out task with the config's agent (prompt format,
 and prints, per decision kind, how often the policy chose the task's word and how often a
 uniform choice among the admissible candidates would have (chance, from each step's own list).
 
-    OMP_NUM_THREADS=1 python experiments/reading.py --model /path/to/sft_model        # 48 tasks
-    python experiments/reading.py --model tiny --tasks 4 --max-steps 5                # smoke run
+    OMP_NUM_THREADS=1 python research/experiments/reading.py --model /path/to/sft_model        # 48 tasks
+    python research/experiments/reading.py --model tiny --tasks 4 --max-steps 5                # smoke run
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ as on a fresh clone. Prints, per seed, held-out success before training, of the 
 rollbacks, wall time and the SFT weights' hash; then the mean change and how many runs ended
 below their start.
 
-    python benchmarks/seeds.py                          # seeds 0-4, three at a time on 2 cores
-    python benchmarks/seeds.py --jobs 1                 # one at a time with the config's threads
-    python benchmarks/seeds.py --seeds 0,1 train.iterations=2 --out /tmp/s   # a quick look
+    python research/seeds.py                          # seeds 0-4, three at a time on 2 cores
+    python research/seeds.py --jobs 1                 # one at a time with the config's threads
+    python research/seeds.py --seeds 0,1 train.iterations=2 --out /tmp/s   # a quick look
 
 By default ``--jobs`` is one more than the cores (at most the number of seeds), each run with
 ``cores // jobs`` torch threads (at least one): five seeds on two cores run three at a time, so

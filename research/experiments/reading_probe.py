@@ -11,10 +11,10 @@ about 1 in 4 candidates, so p > 0.5 on a state means it was read).
 ``--format``: ``full`` renders each state with the agent's own prompt (what the rollout shows);
 ``short`` keeps only the task line, the observation and the admissible list; ``task`` only the
 task line (nothing else names a candidate: the copy task a from-scratch model learns in ~200
-steps). docs/notes/why-tiny-does-not-read.md has what `tiny` does with each.
+steps). research/notes/why-tiny-does-not-read.md has what `tiny` does with each.
 
-    OMP_NUM_THREADS=1 python experiments/reading_probe.py --format full --steps 300
-    python experiments/reading_probe.py --steps 2 --eval-rows 4 --eval-every 1     # smoke run
+    OMP_NUM_THREADS=1 python research/experiments/reading_probe.py --format full --steps 300
+    python research/experiments/reading_probe.py --steps 2 --eval-rows 4 --eval-every 1     # smoke run
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ under bf16 autocast. Prints the cosine between the two gradients and the relativ
 |g_bf16 - g_fp32| / |g_fp32|. A precision effect that is specific to one estimator (say, GiGPO's
 step advantages cancelling within anchor-state groups) would show as a lower cosine for it.
 
-    OMP_NUM_THREADS=1 python experiments/autocast_gradient.py --model /path/to/sft_model
-    python experiments/autocast_gradient.py --model tiny --tasks 1 --max-steps 3      # smoke run
+    OMP_NUM_THREADS=1 python research/experiments/autocast_gradient.py --model /path/to/sft_model
+    python research/experiments/autocast_gradient.py --model tiny --tasks 1 --max-steps 3      # smoke run
 """
 
 from __future__ import annotations

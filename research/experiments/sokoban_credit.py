@@ -23,9 +23,9 @@ and invalid actions are not graded. Per estimator:
   ``--without-step-penalty`` also grades GiGPO on the rewards without that penalty (what the
   env gives with ``env.kwargs.step_penalty=0``).
 
-    python experiments/sokoban_credit.py --model ~/.cache/gigpo/models/sft-sokoban-<hash> [--batches 8]
+    python research/experiments/sokoban_credit.py --model ~/.cache/gigpo/models/sft-sokoban-<hash> [--batches 8]
 
-The finding it backs: docs/results.md, "Sokoban: does the advantage point at the right move?".
+The finding it backs: research/results.md, "Sokoban: does the advantage point at the right move?".
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Pool several learning comparisons of the same variants and seeds (e.g. bf16 and float32 updates).
 
-Reads the per-run summaries ``benchmarks/learning.py`` wrote (``<dir>/<variant>-s<seed>.json``)
+Reads the per-run summaries ``research/learning.py`` wrote (``<dir>/<variant>-s<seed>.json``)
 from two or more directories, and prints, per variant, the final held-out success of each
 comparison, the per-seed difference between the first two, the pooled mean over all runs and
 the pooled difference to a baseline variant paired by (comparison, seed). Runs reported from
 another variant's (``same_run_as``, e.g. ``gigpo_no_step`` = GRPO) are left out. ``--plot``
 draws every run's final success per variant, one marker per comparison, over the start's band.
 
-    python experiments/learning_pooled.py docs/results/alfworld:bf16 docs/results/alfworld-fp32:float32 \\
-        --plot docs/results/alfworld-pooled.png
+    python research/experiments/learning_pooled.py research/results/alfworld:bf16 \\
+        research/results/alfworld-fp32:float32 --plot research/results/alfworld-pooled.png
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import learning_report as R  # noqa: E402  (benchmarks/ is not a package)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import learning_report as R  # noqa: E402  (research/ is not a package)
 
 
 def load(spec: str) -> tuple[str, dict[str, dict[int, dict]]]:
@@ -27,7 +27,7 @@ def load(spec: str) -> tuple[str, dict[str, dict[int, dict]]]:
     d = Path(path)
     summaries = R.read_summaries(d)
     if not summaries:
-        raise SystemExit(f"no run summaries (*.json) in {d}; pass a directory benchmarks/learning.py wrote")
+        raise SystemExit(f"no run summaries (*.json) in {d}; pass a directory research/learning.py wrote")
     runs: dict[str, dict[int, dict]] = {}
     for s in summaries:
         if "same_run_as" in s or R.final_eval(s) is None:

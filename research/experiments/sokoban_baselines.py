@@ -2,9 +2,9 @@
 rooms, 15 steps): the floor a policy that reads the grid must clear. Compare with a model's
 ``gigpo eval --config configs/sokoban_tiny.yaml model.name_or_path=DIR``.
 
-    python experiments/sokoban_baselines.py                      # 3 draws
+    python research/experiments/sokoban_baselines.py                      # 3 draws
 
-The finding it backs: docs/notes/sokoban-tiny-does-not-read-the-grid.md.
+The finding it backs: research/notes/sokoban-tiny-does-not-read-the-grid.md.
 """
 
 from __future__ import annotations

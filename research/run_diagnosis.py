@@ -1,6 +1,6 @@
 """What the policy did, iteration by iteration, from a run's ``trajectories/*.jsonl`` (ALFWorld).
 
-    python benchmarks/run_diagnosis.py runs/alfworld_tiny [--from 10]
+    python research/run_diagnosis.py runs/alfworld_tiny [--from 10]
 
 Per iteration: training success, mean episode length, the share of take/move actions and of
 "put-backs" (``move X to Y`` right after ``take X from Y``: a take/put-back loop), the share of
