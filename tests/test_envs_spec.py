@@ -177,12 +177,10 @@ PARSE = {
 @pytest.fixture
 def registry(monkeypatch):
     """The registry as it was, restored after the test; the plugin dir importable meanwhile."""
-    saved, loaded = dict(spec_mod._REGISTRY), dict(spec_mod._loaded)
+    saved = spec_mod._state()
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     yield spec_mod
-    spec_mod._REGISTRY.clear()
-    spec_mod._REGISTRY.update(saved)
-    spec_mod._loaded.update(loaded)
+    spec_mod._restore(saved)
     sys.modules.pop("gigpo_echo_family", None)
 
 
@@ -353,6 +351,7 @@ def test_entry_point_family_is_loaded_lazily(registry, tmp_path, monkeypatch):
     assert list(families())[:5] == ["alfworld", "webshop", "search", "sokoban", "echo"]
 
 
+@pytest.mark.filterwarnings("ignore:gigpo. skipping an installed:RuntimeWarning")
 def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
     _dist_info(tmp_path, "broken_fam", "[gigpo.families]\nbroken = no_such_module_xyz:SPEC\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -360,10 +359,36 @@ def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
     assert get_family("webshop").name == "webshop"  # a known name does not load entry points
     with pytest.raises(ValueError, match=r"entry point 'broken' = 'no_such_module_xyz:SPEC'.*failed to load"):
         get_family("something_else")
+    with pytest.raises(ValueError, match=r"^env family 'broken': entry point 'broken'.*fix or uninstall"):
+        get_family("broken")  # asked for by name: its own error first
     registry._reset_for_tests()
     assert load_config(None, ["env.family=webshop"]).env.family == "webshop"  # built-ins unaffected
-    with pytest.raises(ConfigError, match=r"env.family: entry point 'broken'.*fix or uninstall"):
+    with pytest.raises(ConfigError, match=r"env.family: unknown env family 'echo'.*entry point 'broken'.*fix or"):
         load_config(None, ["env.family=echo"])
+
+
+def test_broken_entry_point_warns_once_and_a_builtin_run_goes_on(registry, tmp_path, monkeypatch):
+    """Listing families (the agent, the config's checks and ``gigpo list`` do) with a broken
+    plug-in installed leaves it out with one warning naming it; a built-in family's run never
+    sees it."""
+    _dist_info(tmp_path, "broken_fam", "[gigpo.families]\nbroken = no_such_module_xyz:SPEC\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._reset_for_tests()
+    with pytest.warns(RuntimeWarning, match=r"skipping.*entry point 'broken' = 'no_such_module_xyz:SPEC'"):
+        names = list(families())
+    assert names == ["alfworld", "webshop", "search", "sokoban"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: later listings and lookups stay quiet
+        assert list(families()) == names and get_family("sokoban").name == "sokoban"
+        assert registry.broken_plugins().keys() == {"broken"}
+        cfg = load_config(None, ["env.family=sokoban"])
+        Agent(cfg.env.family, tokenizer=None)
+        from gigpo.agent import FALLBACK_TAIL
+        from gigpo.policy.tiny import TinyConfig, tiny_hash
+
+        assert "broken" not in dict(FALLBACK_TAIL) and tiny_hash(TinyConfig())
 
 
 # ------------------------------------------------------------------------------ end to end

@@ -1,8 +1,9 @@
 """Multi-turn text environments: the protocol, task sets, the grouped manager, and the families.
 
-Each family is described by a ``FamilySpec`` in the registry of ``gigpo.envs.spec`` (built-ins,
-entry points, ``register_family``); its module is imported only when used, so a user without the
-``alfworld`` extra can still run WebShop and search.
+Each family is described by a ``FamilySpec`` in the registry of ``gigpo.envs.spec``: the built-ins,
+registered below by one explicit call each, then entry points and ``register_family``. A family's
+module is imported only when used, so a user without the ``alfworld`` extra can still run WebShop
+and search.
 
 Each family module exposes:
     ``make_env(**kwargs) -> TextEnv``
@@ -14,8 +15,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from gigpo.envs import builtin as _builtin
 from gigpo.envs.base import SPLITS, Task, TextEnv
-from gigpo.envs.spec import FamilySpec, families, get_family, load_family_module, register_family
+from gigpo.envs.spec import (
+    FamilySpec,
+    broken_plugins,
+    builtin_families,
+    families,
+    family_origin,
+    get_family,
+    is_builtin,
+    load_family_module,
+    register_builtin,
+    register_family,
+)
+
+# The built-in families, in the order ``families()`` lists them (and the ``tiny`` corpus reads them).
+register_builtin(_builtin.ALFWORLD)
+register_builtin(_builtin.WEBSHOP)
+register_builtin(_builtin.SEARCH)
+register_builtin(_builtin.SOKOBAN)
 
 
 class _FamilyModules(Mapping):
@@ -74,9 +93,13 @@ __all__ = [
     "FamilySpec",
     "Task",
     "TextEnv",
+    "broken_plugins",
+    "builtin_families",
     "families",
     "family_module",
+    "family_origin",
     "get_family",
+    "is_builtin",
     "load_family_module",
     "make_env",
     "make_tasks",
