@@ -489,3 +489,69 @@ def test_cli_trains_with_a_plugin_estimator_and_family(tmp_path):
         ],
     )
     assert bad.returncode == 2 and "'signed_grpo' has no option 'step_weight'" in bad.stderr
+
+
+def _docs_commands() -> list[list[str]]:
+    """The ``gigpo train`` commands of docs/extending.md's "Add an env family" section, as argv."""
+    import shlex
+
+    doc = (ROOT / "docs" / "extending.md").read_text().split("## Add an advantage estimator")[0]
+    blocks = [b.split("```", 1)[0] for b in doc.split("```bash\n")[1:]]
+    return [shlex.split(b.replace("\\\n", " ")) for b in blocks if b.startswith("gigpo train")]
+
+
+def test_the_docs_example_command_runs(tmp_path):
+    """docs/extending.md's first command, as written (from the repository root), with a one-step
+    budget appended: the template config carries no other family's options."""
+    cmd = _docs_commands()[0]
+    assert cmd[:4] == ["gigpo", "train", "--config", "configs/template_family.yaml"]
+    assert "env.family_module=tests/data/plugin_family/gigpo_echo_family" in cmd
+    budget = [*SMALL, "env.max_steps=1", "guard.watchdog=false", f"output_dir={tmp_path}", "name=docs_run"]
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "gigpo.cli", *cmd[1:], *budget]
+    res = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _assert_trained_one_iteration(tmp_path / "docs_run")
+
+
+def test_the_template_config_names_no_other_family(registry, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the template's env.family_module is relative to the repository root
+    cfg = load_config("configs/template_family.yaml", [])
+    assert cfg.env.family == "echo" and cfg.env.task_kwargs == {} and cfg.env.kwargs == {}
+    # the entry-point command clears the module key
+    (cmd,) = [c for c in _docs_commands()[1:] if "env.family_module=" in c]
+    assert load_config(cmd[3], [*cmd[4:], "env.family=webshop"]).env.family_module == ""
+
+
+def test_the_make_tasks_contract_is_checked(registry, tmp_path, monkeypatch):
+    from gigpo.envs import check_family, make_tasks
+
+    registry.load_family_module(str(PLUGIN_PKG))
+    check_family("echo")  # the docs' example keeps the contract
+    # A family whose held-out set depends on n: a shuffle of range(n) reorders the first tasks.
+    (tmp_path / "shuffled_fam.py").write_text(
+        textwrap.dedent(
+            """
+            import random
+            from gigpo.envs import FamilySpec, Task
+
+            def make_tasks(split, n=None, seed=0):
+                ids = list(range(n or 50))
+                random.Random(seed).shuffle(ids)
+                return [Task("shuffled", f"{split}{i}", split) for i in ids]
+
+            FAMILY_SPEC = FamilySpec(name="shuffled", module=__name__, system_prompt="x", action_format="y")
+            """
+        )
+    )
+    registry.load_family_module(str(tmp_path / "shuffled_fam.py"))
+    with pytest.raises(ValueError, match=r"'shuffled'.*first k tasks must not depend on n.*docs/extending.md"):
+        check_family("shuffled")
+    make_tasks("shuffled", "eval", n=8, seed=3)
+    with pytest.raises(ValueError, match=r"'shuffled': make_tasks gave other first tasks for 'eval' with n=4"):
+        make_tasks("shuffled", "eval", n=4, seed=3)
+    with pytest.raises(ValueError, match=r"returned .*not a Task of family 'echo' and split 'train'"):
+        from gigpo.envs import _check_tasks
+
+        _check_tasks("echo", "train", 2, make_tasks("echo", "eval", n=2))
+    sys.modules.pop("shuffled_fam", None)
