@@ -15,7 +15,7 @@ ALLOWED = {
     "rollout": {"envs", "agent", "policy", "batch"},
     "train": {"rollout", "advantages", "policy", "envs", "agent", "batch", "report"},
     "report": set(),
-    "cli": {"train", "report"},
+    "cli": {"train", "report", "envs", "advantages"},
 }
 
 
