@@ -177,12 +177,10 @@ PARSE = {
 @pytest.fixture
 def registry(monkeypatch):
     """The registry as it was, restored after the test; the plugin dir importable meanwhile."""
-    saved, loaded = dict(spec_mod._REGISTRY), dict(spec_mod._loaded)
+    saved = spec_mod._state()
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))
     yield spec_mod
-    spec_mod._REGISTRY.clear()
-    spec_mod._REGISTRY.update(saved)
-    spec_mod._loaded.update(loaded)
+    spec_mod._restore(saved)
     sys.modules.pop("gigpo_echo_family", None)
 
 
@@ -353,6 +351,7 @@ def test_entry_point_family_is_loaded_lazily(registry, tmp_path, monkeypatch):
     assert list(families())[:5] == ["alfworld", "webshop", "search", "sokoban", "echo"]
 
 
+@pytest.mark.filterwarnings("ignore:gigpo. skipping an installed:RuntimeWarning")
 def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
     _dist_info(tmp_path, "broken_fam", "[gigpo.families]\nbroken = no_such_module_xyz:SPEC\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -360,10 +359,36 @@ def test_broken_entry_point_is_named(registry, tmp_path, monkeypatch):
     assert get_family("webshop").name == "webshop"  # a known name does not load entry points
     with pytest.raises(ValueError, match=r"entry point 'broken' = 'no_such_module_xyz:SPEC'.*failed to load"):
         get_family("something_else")
+    with pytest.raises(ValueError, match=r"^env family 'broken': entry point 'broken'.*fix or uninstall"):
+        get_family("broken")  # asked for by name: its own error first
     registry._reset_for_tests()
     assert load_config(None, ["env.family=webshop"]).env.family == "webshop"  # built-ins unaffected
-    with pytest.raises(ConfigError, match=r"env.family: entry point 'broken'.*fix or uninstall"):
+    with pytest.raises(ConfigError, match=r"env.family: unknown env family 'echo'.*entry point 'broken'.*fix or"):
         load_config(None, ["env.family=echo"])
+
+
+def test_broken_entry_point_warns_once_and_a_builtin_run_goes_on(registry, tmp_path, monkeypatch):
+    """Listing families (the agent, the config's checks and ``gigpo list`` do) with a broken
+    plug-in installed leaves it out with one warning naming it; a built-in family's run never
+    sees it."""
+    _dist_info(tmp_path, "broken_fam", "[gigpo.families]\nbroken = no_such_module_xyz:SPEC\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._reset_for_tests()
+    with pytest.warns(RuntimeWarning, match=r"skipping.*entry point 'broken' = 'no_such_module_xyz:SPEC'"):
+        names = list(families())
+    assert names == ["alfworld", "webshop", "search", "sokoban"]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: later listings and lookups stay quiet
+        assert list(families()) == names and get_family("sokoban").name == "sokoban"
+        assert registry.broken_plugins().keys() == {"broken"}
+        cfg = load_config(None, ["env.family=sokoban"])
+        Agent(cfg.env.family, tokenizer=None)
+        from gigpo.agent import FALLBACK_TAIL
+        from gigpo.policy.tiny import TinyConfig, tiny_hash
+
+        assert "broken" not in dict(FALLBACK_TAIL) and tiny_hash(TinyConfig())
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -464,3 +489,69 @@ def test_cli_trains_with_a_plugin_estimator_and_family(tmp_path):
         ],
     )
     assert bad.returncode == 2 and "'signed_grpo' has no option 'step_weight'" in bad.stderr
+
+
+def _docs_commands() -> list[list[str]]:
+    """The ``gigpo train`` commands of docs/extending.md's "Add an env family" section, as argv."""
+    import shlex
+
+    doc = (ROOT / "docs" / "extending.md").read_text().split("## Add an advantage estimator")[0]
+    blocks = [b.split("```", 1)[0] for b in doc.split("```bash\n")[1:]]
+    return [shlex.split(b.replace("\\\n", " ")) for b in blocks if b.startswith("gigpo train")]
+
+
+def test_the_docs_example_command_runs(tmp_path):
+    """docs/extending.md's first command, as written (from the repository root), with a one-step
+    budget appended: the template config carries no other family's options."""
+    cmd = _docs_commands()[0]
+    assert cmd[:4] == ["gigpo", "train", "--config", "configs/template_family.yaml"]
+    assert "env.family_module=tests/data/plugin_family/gigpo_echo_family" in cmd
+    budget = [*SMALL, "env.max_steps=1", "guard.watchdog=false", f"output_dir={tmp_path}", "name=docs_run"]
+    e = dict(os.environ, OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "gigpo.cli", *cmd[1:], *budget]
+    res = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    _assert_trained_one_iteration(tmp_path / "docs_run")
+
+
+def test_the_template_config_names_no_other_family(registry, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the template's env.family_module is relative to the repository root
+    cfg = load_config("configs/template_family.yaml", [])
+    assert cfg.env.family == "echo" and cfg.env.task_kwargs == {} and cfg.env.kwargs == {}
+    # the entry-point command clears the module key
+    (cmd,) = [c for c in _docs_commands()[1:] if "env.family_module=" in c]
+    assert load_config(cmd[3], [*cmd[4:], "env.family=webshop"]).env.family_module == ""
+
+
+def test_the_make_tasks_contract_is_checked(registry, tmp_path, monkeypatch):
+    from gigpo.envs import check_family, make_tasks
+
+    registry.load_family_module(str(PLUGIN_PKG))
+    check_family("echo")  # the docs' example keeps the contract
+    # A family whose held-out set depends on n: a shuffle of range(n) reorders the first tasks.
+    (tmp_path / "shuffled_fam.py").write_text(
+        textwrap.dedent(
+            """
+            import random
+            from gigpo.envs import FamilySpec, Task
+
+            def make_tasks(split, n=None, seed=0):
+                ids = list(range(n or 50))
+                random.Random(seed).shuffle(ids)
+                return [Task("shuffled", f"{split}{i}", split) for i in ids]
+
+            FAMILY_SPEC = FamilySpec(name="shuffled", module=__name__, system_prompt="x", action_format="y")
+            """
+        )
+    )
+    registry.load_family_module(str(tmp_path / "shuffled_fam.py"))
+    with pytest.raises(ValueError, match=r"'shuffled'.*first k tasks must not depend on n.*docs/extending.md"):
+        check_family("shuffled")
+    make_tasks("shuffled", "eval", n=8, seed=3)
+    with pytest.raises(ValueError, match=r"'shuffled': make_tasks gave other first tasks for 'eval' with n=4"):
+        make_tasks("shuffled", "eval", n=4, seed=3)
+    with pytest.raises(ValueError, match=r"returned .*not a Task of family 'echo' and split 'train'"):
+        from gigpo.envs import _check_tasks
+
+        _check_tasks("echo", "train", 2, make_tasks("echo", "eval", n=2))
+    sys.modules.pop("shuffled_fam", None)

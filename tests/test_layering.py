@@ -16,7 +16,7 @@ ALLOWED = {
     "rollout": {"envs", "agent", "policy", "batch"},
     "train": {"rollout", "advantages", "learner", "policy", "envs", "agent", "batch", "report"},
     "report": set(),
-    "cli": {"train", "learner", "report"},
+    "cli": {"train", "learner", "report", "envs", "advantages"},
 }
 
 

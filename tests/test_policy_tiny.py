@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gigpo.policy.tiny import SCAFFOLD_TEXT, TAG_TOKENS, TinyConfig, tiny_hash, tiny_path
+from gigpo.policy.tiny import (
+    SCAFFOLD_TEXT,
+    TAG_TOKENS,
+    TinyConfig,
+    TinyCorpusError,
+    collect_corpus,
+    tiny_config,
+    tiny_hash,
+    tiny_path,
+)
 
 torch.set_num_threads(1)
 
@@ -111,3 +123,81 @@ def test_build_is_deterministic_from_seed(tiny_dir, tmp_path):
     a = AutoModelForCausalLM.from_pretrained(tiny_dir).state_dict()
     b = AutoModelForCausalLM.from_pretrained(other).state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ------------------------------------------------------------- plug-in families stay local
+PLUGIN_DIR = Path(__file__).resolve().parent / "data" / "plugin_family"
+
+
+@pytest.fixture
+def echo_installed(tmp_path, monkeypatch):
+    """The fixture family ``echo`` installed as a package whose entry point gives it a share of the
+    ``tiny`` corpus (4 episodes), beside a broken plug-in; the registry restored afterwards."""
+    from gigpo.envs import spec
+
+    site = tmp_path / "site"
+    (site / "echo_tiny_ep.py").parent.mkdir(parents=True)
+    (site / "echo_tiny_ep.py").write_text(
+        "import dataclasses\nimport gigpo_echo_family\n\n\ndef spec():\n"
+        "    return dataclasses.replace(gigpo_echo_family.FAMILY_SPEC, tiny_corpus_episodes=4)\n"
+    )
+    for name, ep in (("echo_tiny", "echo = echo_tiny_ep:spec"), ("broken_fam", "broken = no_such_module_xyz:SPEC")):
+        d = site / f"{name}-0.1.dist-info"
+        d.mkdir()
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        (d / "entry_points.txt").write_text(f"[gigpo.families]\n{ep}\n")
+    saved = spec._state()
+    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
+    monkeypatch.syspath_prepend(str(site))
+    spec._reset_for_tests()
+    with pytest.warns(RuntimeWarning, match="entry point 'broken'"):
+        assert "echo" in spec.families()
+    yield spec, site
+    spec._restore(saved)
+    for m in ("gigpo_echo_family", "echo_tiny_ep"):
+        sys.modules.pop(m, None)
+
+
+def test_an_installed_plugin_changes_no_builtin_runs_tiny(tiny_dir, echo_installed):
+    """The session's ``tiny`` was built with no plug-in installed; with one (and a broken one)
+    installed, every built-in family's run gets the same config, cache key and corpus text."""
+    spec, site = echo_installed
+    built = json.loads((tiny_dir / "gigpo_tiny.json").read_text())
+    for family in ("alfworld", "webshop", "search", "sokoban", None):
+        cfg = tiny_config(family, task_kwargs={"x": 1}, env_kwargs={"y": 2})  # a built-in run's kwargs: unused
+        assert cfg == TinyConfig() and [list(f) for f in cfg.families] == built["config"]["families"]
+        assert tiny_path(cache_dir=str(tiny_dir.parent.parent), cfg=cfg) == tiny_dir  # the same cache key
+    # ALFWorld's expert text differs between processes (its first rollouts in a process), so the
+    # text is compared without it.
+    no_alf = dataclasses.replace(cfg, families=tuple(f for f in cfg.families if f[0] != "alfworld"))
+    with_plugin = collect_corpus(no_alf)
+    assert "echo" not in with_plugin[1]
+    sys.path.remove(str(site))
+    spec._reset_for_tests()
+    assert "echo" not in spec.families()
+    assert tiny_config("webshop") == cfg and collect_corpus(no_alf) == with_plugin
+
+
+def test_a_plugin_runs_tiny_adds_that_family_alone(echo_installed):
+    cfg = tiny_config("echo")
+    assert cfg.families == TinyConfig().families + (("echo", 4),)
+    assert tiny_hash(cfg) != tiny_hash(TinyConfig())
+    with_kwargs = tiny_config("echo", env_kwargs={"choices": 2})
+    assert with_kwargs.family_kwargs == {"echo": ({}, {"choices": 2})} and tiny_hash(with_kwargs) != tiny_hash(cfg)
+    only_echo = dataclasses.replace(with_kwargs, families=(("echo", 4),))
+    corpus, used = collect_corpus(only_echo)
+    assert used == ["echo"] and "say the word" in "\n".join(corpus)
+    # the run's env.kwargs reach make_env: 7 choices of 6 fruits cannot be drawn
+    too_many = dataclasses.replace(only_echo, family_kwargs={"echo": ({}, {"choices": 7})})
+    with pytest.raises(TinyCorpusError, match="'echo' failed to give its text.*ValueError"):
+        collect_corpus(too_many)
+
+
+def test_a_family_that_fails_to_give_its_text_is_an_error_naming_it(echo_installed):
+    # ALFWorld's task_kwargs on the echo family (the old docs/extending.md command): no skipping,
+    # which would have built a tokenizer without echo's text under a key that includes it.
+    cfg = tiny_config("echo", task_kwargs={"task_types": [1]})
+    with pytest.raises(TinyCorpusError, match=r"env family 'echo' failed to give its text.*task_types"):
+        collect_corpus(dataclasses.replace(cfg, families=(("echo", 4),)))
+    with pytest.raises(ValueError, match=r"env family 'broken': entry point 'broken'"):
+        tiny_config("broken")

@@ -1,10 +1,12 @@
-"""The ``gigpo`` command: ``train``, ``eval``, ``sft``, ``serve`` (and ``report`` when ``gigpo.report`` exists).
+"""The ``gigpo`` command: ``train``, ``eval``, ``sft``, ``serve``, ``list`` (and ``report`` when
+``gigpo.report`` exists).
 
     gigpo train [--config FILE] [--resume RUN_DIR] [key=value ...]
     gigpo eval  [--config FILE] [key=value ...]          held-out evaluation of model.name_or_path
     gigpo sft   [--config FILE] [--out DIR] [key=value ...]
     gigpo serve [--config FILE] [--port N] [key=value ...]   a vLLM server for rollout.backend=server
     gigpo report RUN_DIR ...                             (dispatched to gigpo.report.main)
+    gigpo list [families|estimators]                     env families and advantage estimators
     gigpo --version
 
 Every ``key=value`` is a dotted config key (``algorithm.estimator=grpo train.lr=1e-5``); the full
@@ -96,7 +98,7 @@ def _threads(cfg) -> None:
 
 
 def cmd_train(argv) -> int:
-    p = _parser("train", "Train a policy with GiGPO (or GRPO/RLOO) on a text environment.")
+    p = _parser("train", "Train a policy with an advantage estimator (gigpo list estimators) on a text environment.")
     p.add_argument(
         "--resume",
         metavar="RUN_DIR",
@@ -217,20 +219,74 @@ def cmd_serve(argv) -> int:
     return serve(cfg, port=args.port)
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sft": cmd_sft, "serve": cmd_serve}
+def _cmd_list(argv) -> int:
+    """``gigpo list [families|estimators]``: what ``env.family`` and ``algorithm.estimator`` take."""
+    p = argparse.ArgumentParser(
+        prog="gigpo list",
+        description="List the env families (built-in and installed plug-ins, entry point group "
+        "gigpo.families) and the advantage estimators with their options.",
+    )
+    p.add_argument("what", nargs="?", choices=("families", "estimators"), help="only one of the two lists")
+    args = p.parse_args(argv)
+    if args.what != "estimators":
+        import warnings
+
+        from gigpo.envs import broken_plugins, families, family_origin
+
+        with warnings.catch_warnings():  # a broken plug-in is listed below instead
+            warnings.simplefilter("ignore", RuntimeWarning)
+            specs, broken = families(), broken_plugins()
+        print("env families (env.family):")
+        w = max(map(len, specs))
+        for name, spec in specs.items():
+            origin = family_origin(name)
+            kind = origin if origin == "built-in" else f"plug-in, {origin}"
+            print(f"  {name:<{w}}  {kind}\n  {'':<{w}}  module {spec.module}: {spec.system_prompt}")
+        for name, err in broken.items():
+            print(f"  {name:<{w}}  plug-in, BROKEN (not loaded): {err}")
+    if args.what is None:
+        print()
+    if args.what != "families":
+        from gigpo.advantages import ALIASES, ESTIMATORS, estimator_options, needs_values
+
+        print(
+            "advantage estimators (algorithm.estimator; the shared options are keys algorithm.<option>, "
+            "the others algorithm.options.<option>):"
+        )
+        w = max(map(len, ESTIMATORS))
+        for name in ESTIMATORS:
+            opts = " ".join(f"{k}={v!r}" for k, v in estimator_options(name).items()) or "(no options)"
+            also = [a for a, n in ALIASES.items() if n == name]
+            notes = f"  [alias {', '.join(also)}]" if also else ""
+            notes += "  [learned critic]" if needs_values(name) else ""
+            print(f"  {name:<{w}}  {opts}{notes}")
+    return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    usage = (
-        "usage: gigpo {train,eval,sft,serve,report} ...\n"
-        "  train   train a policy (GiGPO / GRPO / RLOO)\n"
+def _usage() -> str:
+    """The top-level help; the estimator and family names come from their registries."""
+    from gigpo.advantages import ESTIMATORS
+    from gigpo.envs import builtin_families
+
+    return (
+        "usage: gigpo {train,eval,sft,serve,report,list} ...\n"
+        f"  train   train a policy (estimators: {', '.join(ESTIMATORS)};\n"
+        f"          env families: {', '.join(builtin_families())}, and plug-ins)\n"
         "  eval    evaluate a model on held-out tasks\n"
         "  sft     supervised warm start on expert demonstrations\n"
         "  serve   start a vLLM server for a config's model (rollout.backend=server)\n"
         "  report  summarise a run directory\n"
+        "  list    the env families (built-in and installed plug-ins) and estimators with their options\n"
         "Run 'gigpo <command> --help' for options and every config key; 'gigpo --version' for the version."
     )
+
+
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sft": cmd_sft, "serve": cmd_serve, "list": _cmd_list}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    usage = _usage()
     if not argv:
         print(usage, file=sys.stderr)
         return 2

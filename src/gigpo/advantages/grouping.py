@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._labels import dict_codes, first_appearance_labels, first_rows, rank_reps
 from ._types import AnchorKey, Anchors, ArrayLike, LabelArray
+from .similarity import similarity_step_groups
 
 
 def hashable_anchor(anchor, name: str = "anchors"):
@@ -66,44 +68,12 @@ def _anchor_codes(anchors, n: int, anchor_key) -> np.ndarray:
         ) from None
 
 
-def first_rows(keys: list) -> np.ndarray:
-    """Row index of each key's first occurrence, int64 [N]: one ``dict.setdefault`` per row in C.
-
-    ``setdefault(key, i)`` inserts i for a new key and returns the stored first row otherwise.
-    """
-    table: dict = {}
-    return np.fromiter(map(table.setdefault, keys, range(len(keys))), dtype=np.int64, count=len(keys))
-
-
-def dict_codes(keys: list) -> np.ndarray:
-    """Code per key, 0.. in first-appearance order (dense), from ``first_rows``."""
-    return _rank_reps(first_rows(keys))
-
-
-def _rank_reps(rep: np.ndarray) -> np.ndarray:
-    """Dense labels 0.. in first-appearance order from representative rows [N] (rep[rep] == rep,
-    rep[i] <= i): a cumulative count of representatives, O(N), no sort."""
-    is_rep = np.zeros(len(rep), bool)
-    is_rep[rep] = True
-    return (np.cumsum(is_rep) - 1)[rep]
-
-
 def _is_hashable(x) -> bool:
     try:
         hash(x)
         return True
     except TypeError:
         return False
-
-
-def first_appearance_labels(keys: np.ndarray) -> np.ndarray:
-    """Relabel int keys [N] to 0, 1, ... in order of first appearance."""
-    if len(keys) == 0:
-        return np.zeros(0, np.int64)
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    rank = np.empty(len(uniq), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
-    return rank[inverse.reshape(-1)]
 
 
 def exact_step_groups(episode_codes: ArrayLike, anchors: Anchors, anchor_key: AnchorKey | None = None) -> LabelArray:
@@ -127,7 +97,14 @@ def exact_step_groups(episode_codes: ArrayLike, anchors: Anchors, anchor_key: An
     if len(other):
         _, first_in, inverse = np.unique(ep[other] * n + first[other], return_index=True, return_inverse=True)
         rep[other] = other[first_in][inverse.reshape(-1)]
-    return _rank_reps(rep)
+    return rank_reps(rep)
 
 
-from .similarity import similarity_step_groups  # noqa: E402, F401  (re-exported: the similarity path)
+__all__ = [
+    "dict_codes",
+    "exact_step_groups",
+    "first_appearance_labels",
+    "first_rows",
+    "hashable_anchor",
+    "similarity_step_groups",
+]

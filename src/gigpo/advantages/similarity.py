@@ -24,6 +24,7 @@ import numbers
 
 import numpy as np
 
+from ._labels import first_rows, rank_reps
 from ._types import Anchors, ArrayLike, LabelArray
 
 try:  # Optional: cydifflib is difflib's own algorithm compiled with Cython (same ratios, faster).
@@ -148,8 +149,6 @@ def similarity_step_groups(episode_codes: ArrayLike, anchors: Anchors, thresh: f
     autojunk); otherwise it founds a new cluster. episode_codes int [N] (non-negative),
     anchors str [N], 0 < thresh < 1. Returns int64 labels [N], first-appearance order.
     """
-    from .grouping import _rank_reps, first_rows
-
     t: object = thresh  # checked as any object: mypy takes a float for never a numbers.Real
     if isinstance(t, bool) or not (isinstance(t, numbers.Real) and 0.0 < float(t) < 1.0):
         raise ValueError(f"similarity_threshold must be a float in (0, 1) (or None for exact grouping), got {thresh!r}")
@@ -182,4 +181,4 @@ def similarity_step_groups(episode_codes: ArrayLike, anchors: Anchors, thresh: f
         clusters = np.asarray(group.run(sid[rows].tolist()), np.int64)
         first_of = rows[np.unique(clusters, return_index=True)[1]]  # clusters are 0..k-1
         rep_row[rows] = first_of[clusters]
-    return _rank_reps(rep_row)
+    return rank_reps(rep_row)

@@ -1,4 +1,4 @@
-"""The built-in env families' specs (registered by ``gigpo.envs.spec`` on its first lookup).
+"""The built-in env families' specs (registered by ``gigpo/envs/__init__.py``, one call each).
 
 Prompt texts follow verl-agent's ``prompts/<env>.py``; history lengths are docs/algorithm.md#paper-settings, the
 fallback tails s.6.

@@ -5,9 +5,12 @@ action syntax, expert response text, SFT relabelling, metrics, thread safety, th
 model's corpus share. The rest of the library reads the spec instead of testing family names.
 
 Where specs come from (first match wins; a name can be registered once):
-  * the built-in families (``gigpo.envs.builtin``), registered on the first lookup;
+  * the built-in families (``gigpo.envs.builtin``), registered by ``gigpo/envs/__init__.py``
+    with one ``register_builtin`` call each (this module imports none of them);
   * Python entry points in group ``gigpo.families`` (each a ``FamilySpec`` or a zero-argument
-    callable returning one), loaded once, on the first lookup of a name not yet registered;
+    callable returning one), loaded once, on the first lookup of a name not yet registered or
+    the first listing; one that fails to load is left out with a warning naming it, and only
+    asking for an unknown name (possibly the broken plug-in's) is an error;
   * ``register_family(spec)`` called by user code, e.g. a module named by the config key
     ``env.family_module`` (``load_family_module``), whose ``FAMILY_SPEC`` is registered.
 
@@ -21,6 +24,7 @@ import difflib
 import importlib
 import importlib.metadata
 import threading
+import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable, Mapping
@@ -125,60 +129,115 @@ class FamilySpec:
 
 
 _REGISTRY: dict[str, FamilySpec] = {}
+_BUILTIN: dict[str, FamilySpec] = {}  # filled by gigpo/envs/__init__.py
+_ORIGIN: dict[str, str] = {}  # name -> where its spec came from (``family_origin``)
+_BROKEN: dict[str, str] = {}  # entry point name -> why it did not load
 _LOCK = threading.RLock()
-_loaded = {"builtins": False, "entry_points": False}
+_loaded = {"entry_points": False}
+BUILTIN_ORIGIN = "built-in"
 
 
-def register_family(spec: FamilySpec) -> FamilySpec:
+def register_builtin(spec: FamilySpec) -> FamilySpec:
+    """Register one of gigpo's own families (called by ``gigpo/envs/__init__.py`` only)."""
+    with _LOCK:
+        _BUILTIN[spec.name] = spec
+        _REGISTRY.setdefault(spec.name, spec)
+        _ORIGIN[spec.name] = BUILTIN_ORIGIN
+    return spec
+
+
+def register_family(spec: FamilySpec, *, origin: str = "register_family") -> FamilySpec:
     """Add ``spec`` under ``spec.name``; a name can be registered only once (the same spec again
-    is a no-op, so a module that registers on import may be imported twice)."""
+    is a no-op, so a module that registers on import may be imported twice). ``origin`` is what
+    ``family_origin`` (and ``gigpo list``) reports for it."""
     if not isinstance(spec, FamilySpec):
         raise TypeError(f"register_family needs a FamilySpec, got {type(spec).__name__}")
     with _LOCK:
-        _load_builtins()
         old = _REGISTRY.get(spec.name)
         if old is not None and old is not spec:
             raise ValueError(
                 f"env family {spec.name!r} is already registered (module {old.module!r}); pick another name"
             )
+        if old is None:
+            _ORIGIN[spec.name] = origin
         _REGISTRY[spec.name] = spec
     return spec
 
 
 def get_family(name: str) -> FamilySpec:
-    """The spec of family ``name``; unknown names raise ``ValueError`` with a close-match hint."""
+    """The spec of family ``name``; unknown names raise ``ValueError`` with a close-match hint
+    (and the error of every installed plug-in that failed to load: one of them may be it)."""
     spec = _find(name)
     if spec is None:
-        close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
-            f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
-            "or the config key env.family_module (docs/extending.md)"
-        )
+        raise _unknown(name)
     return spec
 
 
+def _unknown(name: str) -> ValueError:
+    if name in _BROKEN:  # the plug-in of that name is installed but does not load
+        return ValueError(f"env family {name!r}: {_BROKEN[name]}")
+    close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    broken = f" Installed plug-ins that failed to load: {'; '.join(_BROKEN.values())}." if _BROKEN else ""
+    return ValueError(
+        f"unknown env family {name!r}; known: {sorted(_REGISTRY)}.{hint} A family "
+        f"from a package registers through the {ENTRY_POINT_GROUP!r} entry point group "
+        f"or the config key env.family_module (docs/extending.md).{broken}"
+    )
+
+
 def _find(name: str) -> FamilySpec | None:
-    # Entry points load only for a name not built in, so a broken plugin cannot block the built-ins.
+    # Entry points load only for a name not yet registered, so the built-ins never wait on a plugin.
     with _LOCK:
-        _load_builtins()
         if name not in _REGISTRY:
             _load_entry_points()
         return _REGISTRY.get(name)
 
 
 def families() -> dict[str, FamilySpec]:
-    """All registered specs by name, in registration order (built-ins first)."""
+    """All registered specs by name, in registration order (built-ins first). An installed
+    plug-in that fails to load is left out, with one warning naming it (``broken_plugins``)."""
     with _LOCK:
-        _load_builtins()
         _load_entry_points()
         return dict(_REGISTRY)
 
 
+def builtin_families() -> dict[str, FamilySpec]:
+    """gigpo's own families by name, in registration order; no plug-in is looked at."""
+    with _LOCK:
+        return dict(_BUILTIN)
+
+
+def is_builtin(name: str) -> bool:
+    """``name`` is one of gigpo's own families (and no plug-in replaced it)."""
+    with _LOCK:
+        return name in _BUILTIN and _REGISTRY.get(name) is _BUILTIN[name]
+
+
+def family_origin(name: str) -> str:
+    """Where family ``name``'s spec came from: ``built-in``, ``entry point 'x' = 'mod:ATTR'
+    (dist 1.0)``, ``env.family_module <ref>`` or ``register_family``."""
+    get_family(name)
+    return _ORIGIN.get(name, "register_family")
+
+
+def broken_plugins() -> dict[str, str]:
+    """``entry point name -> error`` for each installed plug-in that failed to load."""
+    with _LOCK:
+        _load_entry_points()
+        return dict(_BROKEN)
+
+
 def is_family(name: str) -> bool:
-    """``name`` is registered (entry points included; one that fails to load still raises)."""
-    return isinstance(name, str) and _find(name) is not None
+    """``name`` is registered (entry points included). An unknown name while an installed plug-in
+    fails to load raises that plug-in's error: the name may be the broken plug-in's family."""
+    if not isinstance(name, str):
+        return False
+    if _find(name) is not None:
+        return True
+    if _BROKEN:
+        raise _unknown(name)
+    return False
 
 
 def load_family_module(ref: str) -> list[FamilySpec]:
@@ -205,17 +264,8 @@ def load_family_module(ref: str) -> list[FamilySpec]:
                 f"env.family_module: {name}.FAMILY_SPEC must be a FamilySpec (or a list of "
                 f"them), got {type(s).__name__}"
             )
-        register_family(s)
+        register_family(s, origin=f"env.family_module {ref}")
     return specs
-
-
-def _load_builtins() -> None:
-    if not _loaded["builtins"]:
-        _loaded["builtins"] = True
-        from gigpo.envs.builtin import BUILTIN
-
-        for spec in BUILTIN:
-            _REGISTRY.setdefault(spec.name, spec)
 
 
 def _load_entry_points() -> None:
@@ -223,29 +273,60 @@ def _load_entry_points() -> None:
         return
     _loaded["entry_points"] = True
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r})"
+        fix = "fix or uninstall the package providing it"
         try:
             obj = ep.load()
             spec = obj if isinstance(obj, FamilySpec) else obj()
         except Exception as e:  # noqa: BLE001 -- name the broken plugin, whatever it raised
-            raise ValueError(
-                f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) failed to "
-                f"load: {type(e).__name__}: {e}; fix or uninstall the package providing it"
-            ) from e
+            _broken(ep.name, f"{where} failed to load: {type(e).__name__}: {e}; {fix}")
+            continue
         if not isinstance(spec, FamilySpec):
-            raise ValueError(
-                f"entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}) gave "
-                f"{type(spec).__name__}, not a FamilySpec (or a zero-argument callable returning one)"
+            _broken(
+                ep.name,
+                f"{where} gave {type(spec).__name__}, not a FamilySpec (or a zero-argument callable "
+                f"returning one); {fix}",
             )
+            continue
         if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
-            raise ValueError(
-                f"entry point {ep.name!r} = {ep.value!r} registers env family {spec.name!r}, "
-                f"which is already registered (module {_REGISTRY[spec.name].module!r})"
+            _broken(
+                ep.name,
+                f"{where} registers env family {spec.name!r}, which is already registered (module "
+                f"{_REGISTRY[spec.name].module!r}); {fix}",
             )
+            continue
+        dist = getattr(ep, "dist", None)
+        version = f" ({dist.name} {dist.version})" if dist is not None else ""
         _REGISTRY[spec.name] = spec
+        _ORIGIN.setdefault(spec.name, f"entry point {ep.name!r} = {ep.value!r}{version}")
+
+
+def _broken(name: str, message: str) -> None:
+    """Record a plug-in that did not load and warn once: a run of another family goes on."""
+    _BROKEN[name] = message
+    warnings.warn(f"gigpo: skipping an installed env family plug-in: {message}", RuntimeWarning, stacklevel=4)
 
 
 def _reset_for_tests() -> None:
     """Forget entry-point and user registrations (tests that install fake entry points)."""
     with _LOCK:
         _REGISTRY.clear()
-        _loaded.update(builtins=False, entry_points=False)
+        _REGISTRY.update(_BUILTIN)
+        _ORIGIN.clear()
+        _ORIGIN.update(dict.fromkeys(_BUILTIN, BUILTIN_ORIGIN))
+        _BROKEN.clear()
+        _loaded.update(entry_points=False)
+
+
+def _state() -> list[dict]:
+    """A copy of the registry's state, for ``_restore`` (tests)."""
+    with _LOCK:
+        return [dict(d) for d in (_REGISTRY, _ORIGIN, _BROKEN, _loaded)]
+
+
+def _restore(state: list[dict]) -> None:
+    with _LOCK:
+        targets: tuple[dict, ...] = (_REGISTRY, _ORIGIN, _BROKEN, _loaded)
+        for live, saved in zip(targets, state):
+            live.clear()
+            live.update(saved)

@@ -147,12 +147,15 @@ def _hub_path(name: str, cache_dir: str | None) -> str:
         ) from e
 
 
-def resolve_path(name_or_path: str, cache_dir: str | None = None) -> str:
-    """Local directory for a built-in name, a local directory, or a cached hub id."""
+def resolve_path(name_or_path: str, cache_dir: str | None = None, *, tiny=None) -> str:
+    """Local directory for a built-in name, a local directory, or a cached hub id.
+
+    ``tiny``: the ``TinyConfig`` of ``tiny`` (default: the built-in families' corpus;
+    ``gigpo.policy.tiny.tiny_config(family, ...)`` for a run of a plug-in family)."""
     if name_or_path == "tiny":
         from gigpo.policy.tiny import tiny_path
 
-        return str(tiny_path(cache_dir))
+        return str(tiny_path(cache_dir, tiny))
     if name_or_path == "smollm2-135m":
         return str(smollm2_path(cache_dir))
     if os.path.isdir(name_or_path):
@@ -204,6 +207,7 @@ def load_policy(
     lora: dict | None = None,
     cache_dir: str | None = None,
     seed: int = 0,
+    tiny=None,
 ):
     """Load a causal LM and its tokenizer (with chat template) for training and generation.
 
@@ -215,6 +219,7 @@ def load_policy(
         lora: optional LoRA options (see ``apply_lora``); then only adapter weights are trainable.
         cache_dir: root of gigpo's model cache (default ``$GIGPO_CACHE`` or ``~/.cache/gigpo``).
         seed: torch seed set before LoRA initialisation (adapter weights are random).
+        tiny: the ``TinyConfig`` when ``name_or_path`` is ``tiny`` (see ``resolve_path``).
 
     Returns:
         ``(model, tokenizer)``: the model on ``device`` in eval mode (call ``.train()`` to update).
@@ -223,7 +228,7 @@ def load_policy(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_path(name_or_path, cache_dir)
+    path = resolve_path(name_or_path, cache_dir, tiny=tiny)
     check_model_dir(path, name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
@@ -254,6 +259,7 @@ def load_critic(
     dtype: str = "auto",
     cache_dir: str | None = None,
     seed: int = 0,
+    tiny=None,
 ):
     """A value model: the policy's architecture and weights with a scalar head per token.
 
@@ -267,7 +273,7 @@ def load_critic(
     from transformers import AutoConfig, AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
 
-    path = resolve_path(name_or_path, cache_dir)
+    path = resolve_path(name_or_path, cache_dir, tiny=tiny)
     check_model_dir(path, name_or_path)
     dev = resolve_device(device)
     config = AutoConfig.from_pretrained(path, num_labels=1, local_files_only=True)

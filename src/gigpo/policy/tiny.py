@@ -2,7 +2,8 @@
 
 Nothing is downloaded. The tokenizer is a byte-level BPE (any text round-trips) trained with
 ``tokenizers`` on the environments' own text: observations, admissible actions, instructions and
-expert actions from expert rollouts of generated tasks of each env family that imports, plus the
+expert actions from expert rollouts of generated tasks of each built-in env family whose engines
+are installed (and of the run's own family when it is a plug-in: ``tiny_config``), plus the
 agent prompt scaffolding (instruction templates and the ``<think>``/``<action>``/... tags, which are
 single tokens). The model is a randomly initialised ``Qwen2ForCausalLM`` (seeded), meant to be
 warm-started by SFT on expert demonstrations.
@@ -10,12 +11,14 @@ warm-started by SFT on expert demonstrations.
 The result is an ordinary Hugging Face directory (``AutoModelForCausalLM.from_pretrained(dir)`` and
 ``AutoTokenizer.from_pretrained(dir)`` work), cached under ``models_dir()/tiny-<hash>``; the hash
 covers the model/tokenizer config, the seed, the scaffolding text, the transformers/tokenizers
-versions and the source files of the env families (the corpus is a deterministic function of
-those, so the hash changes whenever the corpus can).
+versions, the corpus families' source files and engine versions, and the task/env options of a
+plug-in family (the corpus is a deterministic function of those, so the hash changes whenever the
+corpus can). An installed plug-in that a run does not use changes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -23,6 +26,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from gigpo.policy.cache import build_atomic, models_dir
 
@@ -105,32 +109,77 @@ class TinyConfig:
     rope_theta: float = 10000.0
     seed: int = 0
     max_steps: int = 30  # steps per expert rollout
-    # (family, expert rollouts for the tokenizer corpus): each registered family's
-    # FamilySpec.tiny_corpus_episodes (built-ins: ALFWorld 6, WebShop 40, search 150, which reach
-    # the 4k vocab with the build well under a minute).
-    families: tuple[tuple[str, int], ...] = field(default_factory=lambda: _corpus_families())
+    # (family, expert rollouts for the tokenizer corpus): each built-in family's
+    # FamilySpec.tiny_corpus_episodes (ALFWorld 6, WebShop 40, search 150, Sokoban 40, which reach
+    # the 4k vocab with the build well under a minute). Installed plug-ins are not in it, so
+    # installing one changes no built-in family's run; ``tiny_config(family)`` adds a run's own
+    # plug-in family.
+    families: tuple[tuple[str, int], ...] = field(default_factory=lambda: _builtin_corpus_families())
+    # family -> (task_kwargs, env_kwargs) its corpus tasks and env are made with (default: none,
+    # the spec's env_kwargs); part of the cache key when set.
+    family_kwargs: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = field(default_factory=dict)
 
 
-def _corpus_families() -> tuple[tuple[str, int], ...]:
-    from gigpo.envs.spec import families
+def _builtin_corpus_families() -> tuple[tuple[str, int], ...]:
+    from gigpo.envs.spec import builtin_families
 
-    return tuple((name, s.tiny_corpus_episodes) for name, s in families().items() if s.tiny_corpus_episodes > 0)
+    return tuple((name, s.tiny_corpus_episodes) for name, s in builtin_families().items() if s.tiny_corpus_episodes > 0)
+
+
+def tiny_config(
+    family: str | None = None,
+    task_kwargs: Mapping[str, Any] | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> TinyConfig:
+    """The ``tiny`` build for a run of env family ``family``.
+
+    A built-in family's run (or ``family=None``) gets ``TinyConfig()``: the built-in families'
+    corpus, whatever plug-ins are installed, and the run's kwargs do not enter it. A plug-in
+    family's run adds that family alone, with its ``tiny_corpus_episodes`` (0: nothing added)
+    and the run's ``env.task_kwargs`` / ``env.kwargs`` (``task_kwargs`` / ``env_kwargs``).
+    """
+    from gigpo.envs.spec import get_family, is_builtin
+
+    cfg = TinyConfig(**overrides)
+    if family is None or is_builtin(family):
+        return cfg
+    spec = get_family(family)
+    if spec.tiny_corpus_episodes <= 0 or any(f == family for f, _ in cfg.families):
+        return cfg
+    kwargs = {family: (dict(task_kwargs or {}), dict(env_kwargs or {}))} if (task_kwargs or env_kwargs) else {}
+    return dataclasses.replace(
+        cfg,
+        families=cfg.families + ((family, spec.tiny_corpus_episodes),),
+        family_kwargs={**cfg.family_kwargs, **kwargs},
+    )
 
 
 def _engines(cfg: TinyConfig) -> list[str]:
     """Distributions (``FamilySpec.engines``) of the corpus families, in order, once each."""
-    from gigpo.envs.spec import is_family, get_family
-
-    names = [d for f, _ in cfg.families if is_family(f) for d in get_family(f).engines]
+    names = [d for f, _ in cfg.families for d in _spec(f).engines]
     return list(dict.fromkeys(names))
+
+
+def _spec(family: str):
+    """The family's spec: a built-in without looking at plug-ins, else the registry's (which
+    raises a clear error for a family that is not registered)."""
+    from gigpo.envs.spec import builtin_families, get_family
+
+    return builtin_families().get(family) or get_family(family)
+
+
+def corpus_families(cfg: TinyConfig) -> list[str]:
+    """The families whose text the build uses: those of ``cfg.families`` whose ``engines`` are all
+    installed (an optional extra not installed leaves its family out; the cache key records the
+    engines' versions, "absent" included, so it tells the two corpora apart)."""
+    return [f for f, _ in cfg.families if all(_version(d) != "absent" for d in _spec(f).engines)]
 
 
 def _family_source_digest(family: str) -> str:
     """Hash of the family module's source files (or 'absent'), without importing it."""
-    from gigpo.envs.spec import is_family, get_family
-
     try:
-        spec = importlib.util.find_spec(get_family(family).module) if is_family(family) else None
+        spec = importlib.util.find_spec(_spec(family).module)
     except Exception:  # noqa: BLE001 -- a broken parent import means the family is unusable
         spec = None
     if spec is None or spec.origin is None:
@@ -156,8 +205,11 @@ def tiny_hash(cfg: TinyConfig) -> str:
     import tokenizers
     import transformers
 
+    config = asdict(cfg)
+    if not cfg.family_kwargs:  # unset: the key of the builds from before the option
+        del config["family_kwargs"]
     key = {
-        "cfg": asdict(cfg),
+        "cfg": config,
         "build": BUILD_VERSION,
         "scaffold": SCAFFOLD_TEXT,
         "special": SPECIAL_TOKENS + TAG_TOKENS,
@@ -166,16 +218,17 @@ def tiny_hash(cfg: TinyConfig) -> str:
         "families": {f: _family_source_digest(f) for f, _ in cfg.families},
         "engines": [_version(d) for d in _engines(cfg)],
     }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=repr).encode()).hexdigest()[:16]
 
 
 def _expert_texts(family: str, n_tasks: int, cfg: TinyConfig) -> list[str]:
     """Text of ``n_tasks`` expert rollouts of ``family``'s train tasks."""
     from gigpo import envs
 
+    task_kwargs, env_kwargs = cfg.family_kwargs.get(family, ({}, {}))
     texts: list[str] = []
-    tasks = envs.make_tasks(family, "train", n=n_tasks, seed=cfg.seed)
-    env = envs.make_env(family)
+    tasks = envs.make_tasks(family, "train", n=n_tasks, seed=cfg.seed, **task_kwargs)
+    env = envs.make_env(family, **env_kwargs)
     try:
         for task in tasks:
             obs, info = env.reset(task)
@@ -192,23 +245,36 @@ def _expert_texts(family: str, n_tasks: int, cfg: TinyConfig) -> list[str]:
     return [t for t in texts if t]
 
 
-def collect_corpus(cfg: TinyConfig) -> tuple[list[str], list[str]]:
-    """The tokenizer's training text (scaffolding plus expert rollouts of every family that works)
-    and the names of the families that contributed.
+class TinyCorpusError(RuntimeError):
+    """An env family of the ``tiny`` corpus failed to give its text."""
 
-    A family that fails to import or run is skipped with a warning (families are optional
-    extras); the output is deterministic for a given set of working families.
+
+def collect_corpus(cfg: TinyConfig) -> tuple[list[str], list[str]]:
+    """The tokenizer's training text (scaffolding plus expert rollouts of each family of
+    ``corpus_families(cfg)``) and the names of the families that contributed.
+
+    A family whose engines are installed but whose tasks, env or expert fail is an error naming
+    it (``TinyCorpusError``): leaving it out would build a different tokenizer under the same
+    cache key. The output is deterministic in ``cfg`` and the installed engines.
     """
-    texts, used = list(SCAFFOLD_TEXT), []
+    texts, used = list(SCAFFOLD_TEXT), corpus_families(cfg)
     for family, n_tasks in cfg.families:
+        if family not in used:
+            log.info(
+                "tiny corpus: env family %r left out: its engines %s are not installed", family, _spec(family).engines
+            )
+            continue
         try:
             got = _expert_texts(family, n_tasks, cfg)
-        except Exception as e:  # noqa: BLE001 -- any failure just leaves this family out
-            log.warning("tiny corpus: skipping env family %r (%s: %s)", family, type(e).__name__, e)
-            continue
+        except Exception as e:
+            raise TinyCorpusError(
+                f"tiny corpus: env family {family!r} failed to give its text ({type(e).__name__}: {e}); "
+                f"its make_tasks('train', n={n_tasks}, seed={cfg.seed}), make_env and expert_action must "
+                "work with the run's env.task_kwargs/env.kwargs (docs/extending.md), or set its "
+                "FamilySpec.tiny_corpus_episodes=0"
+            ) from e
         log.info("tiny corpus: %d texts from %s", len(got), family)
         texts += got
-        used.append(family)
     return list(dict.fromkeys(texts)), used  # dedupe (admissible-action lists repeat), order kept
 
 
@@ -283,7 +349,10 @@ def build_tiny(out_dir: Path, cfg: TinyConfig) -> None:
 
 
 def tiny_path(cache_dir: str | None = None, cfg: TinyConfig | None = None) -> Path:
-    """Directory of the ``tiny`` model, building it first (seconds) if it is not cached."""
+    """Directory of the ``tiny`` model, building it first (seconds) if it is not cached.
+
+    ``cfg``: default ``TinyConfig()``, the built-in families' corpus; ``tiny_config(family, ...)``
+    for a run of a plug-in family."""
     cfg = cfg or TinyConfig()
     target = models_dir(cache_dir) / f"tiny-{tiny_hash(cfg)}"
     return build_atomic(target, lambda d: build_tiny(d, cfg))

@@ -14,8 +14,11 @@ from gigpo.train.config import Config, EnvConfig
 def load_kwargs(cfg: Config, device: str | None = None) -> dict:
     """The keyword arguments of ``gigpo.policy.load_policy`` that ``cfg.model`` and the seed set
     (``device`` overrides ``cfg.model.device``: the trainer's rank decides it)."""
-    m = cfg.model
-    return dict(device=device or m.device, dtype=m.dtype, cache_dir=m.cache_dir or None, seed=cfg.seed)
+    from gigpo.policy.tiny import tiny_config
+
+    m, e = cfg.model, cfg.env
+    tiny = tiny_config(e.family, e.task_kwargs, e.kwargs)  # the `tiny` build of this run's family
+    return dict(device=device or m.device, dtype=m.dtype, cache_dir=m.cache_dir or None, seed=cfg.seed, tiny=tiny)
 
 
 def grouped_envs(e: EnvConfig, group_size: int):
@@ -60,7 +63,8 @@ def start_model(cfg: Config, main_first: Callable, phase_times: dict, *, build_i
     if build_it:
         from gigpo.policy.load import resolve_path
 
-        main_first(lambda: resolve_path(path, cfg.model.cache_dir or None))
+        tiny = load_kwargs(cfg)["tiny"]
+        main_first(lambda: resolve_path(path, cfg.model.cache_dir or None, tiny=tiny))
         phase_times["model_build"] = time.perf_counter() - t0
     if cfg.sft.enabled:
         from gigpo.train.sft import ensure_sft_model

@@ -10,10 +10,10 @@ def _load_tokenizer(cfg):
     from transformers import AutoTokenizer
 
     from gigpo.policy.load import resolve_path
+    from gigpo.train.build import load_kwargs
 
-    return AutoTokenizer.from_pretrained(
-        resolve_path(cfg.model.name_or_path, cfg.model.cache_dir or None), local_files_only=True
-    )
+    path = resolve_path(cfg.model.name_or_path, cfg.model.cache_dir or None, tiny=load_kwargs(cfg)["tiny"])
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 def api_generator(cfg):

@@ -165,8 +165,10 @@ def serve(cfg, port: int = 8000) -> int:
     from gigpo.policy.load import load_policy, resolve_path
     from gigpo.policy.server import save_for_serving
 
-    model_path = cfg.model.name_or_path
-    resolve_path(model_path, cfg.model.cache_dir or None)  # builds `tiny` when not cached
+    from gigpo.train.build import load_kwargs
+
+    model_path, tiny = cfg.model.name_or_path, load_kwargs(cfg)["tiny"]
+    resolve_path(model_path, cfg.model.cache_dir or None, tiny=tiny)  # builds `tiny` when not cached
     if cfg.sft.enabled:
         from gigpo.train.sft import ensure_sft_model
 
@@ -174,7 +176,7 @@ def serve(cfg, port: int = 8000) -> int:
     # model.lora: the base model with runtime LoRA loading, rank as the trainer's (load_policy's lora)
     lora: dict | None = {} if cfg.model.lora else None
     cache = cfg.model.cache_dir or None
-    model, tok = load_policy(model_path, device="cpu", dtype="float32", cache_dir=cache, lora=lora)
+    model, tok = load_policy(model_path, device="cpu", dtype="float32", cache_dir=cache, lora=lora, tiny=tiny)
     work = Path(tempfile.mkdtemp(prefix="gigpo-serve-"))
     try:
         start = save_for_serving(model, tok, work / "model")
