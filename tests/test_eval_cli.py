@@ -116,6 +116,9 @@ def test_eval_config_of_a_run_names_the_untrained_model_and_warns(run_dir, loads
 
 
 def test_eval_run_dir_errors_are_one_line(run_dir, tmp_path, capsys):
+    """Each before anything is evaluated: an --out that cannot be written costs no evaluation."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.yaml").write_text((run_dir / "config.yaml").read_text())
@@ -125,6 +128,8 @@ def test_eval_run_dir_errors_are_one_line(run_dir, tmp_path, capsys):
         (["eval", str(run_dir), "--config", str(SEARCH_TINY)], "give either RUN_DIR"),
         (["eval", "--config", str(SEARCH_TINY), "--tag", "x"], "--tag names a results file in RUN_DIR/eval/"),
         (["eval", str(run_dir), "--tag", "../x"], "give a plain name"),
+        (["eval", str(run_dir), "--out", str(a_file / "x.json")], "cannot write the results under"),
+        (["eval", str(run_dir), "--out", str(tmp_path)], "is a directory; give a file name"),
     ]
     for argv, msg in cases:
         assert main(argv) == 2, argv

@@ -171,6 +171,18 @@ def cmd_eval(argv) -> int:
     cfg = _load(args)
     _threads(cfg)
     _preflight(cfg)
+    # Where the results go, made before the evaluation: a bad --out must not cost an evaluation.
+    out_dir = Path(args.out).parent if args.out else (run / "eval" if run is not None else None)
+    if args.out and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: is a directory; give a file name (e.g. {Path(args.out) / 'eval.json'})")
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the results under {out_dir}: {e.strerror} ({e.filename}); give --out FILE "
+                "in a writable folder"
+            ) from None
     import json
 
     from gigpo.train.evaluate import evaluate_model
@@ -227,7 +239,6 @@ def cmd_eval(argv) -> int:
             "metrics": m,
             "resolved_config": to_dict(cfg),
         }
-        out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, out)
