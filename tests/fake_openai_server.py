@@ -18,7 +18,10 @@ to that many completions), ``dead`` (500 on completions, 503 on /health: a crash
 ``dead_after`` (``dead`` from that completion on, counted since the start), ``token_ids``
 (False: no ``return_token_ids`` field), ``id_tokens`` (False: no ``token_id:N`` tokens either),
 ``raw_logprobs`` (log-probs of the untempered distribution), ``allowed_ids`` (False: ignore
-``allowed_token_ids``, as a server without them), ``stop_strings`` (False: ignore ``stop``).
+``allowed_token_ids``, as a server without them), ``stop_strings`` (False: ignore ``stop``),
+``misbehave`` (a broken or hostile engine's completions: ``"too_many_tokens"`` 50x ``max_tokens``
+ids, ``"positive_logprobs"``, ``"nan_logprobs"``, ``"out_of_vocab"`` an id past the vocabulary,
+``"non_json"`` a 200 whose body is not JSON, not even UTF-8, ``"not_an_object"`` a JSON list).
 
 As a program (``python fake_openai_server.py serve MODEL --port N ...``) it stands in for the
 ``vllm serve`` command that gigpo launches (other vLLM flags are ignored). There,
@@ -52,6 +55,7 @@ class State:
         self.raw_logprobs = False
         self.allowed_ids = True
         self.stop_strings = True
+        self.misbehave: str | None = None
         self.completions = 0
         self.dead_after: int | None = None
         self.die_after_reload: int | None = None  # as a program only: it kills its own process
@@ -129,7 +133,27 @@ class State:
         }
         if body.get("return_token_ids") and self.token_ids:
             choice["token_ids"] = ids
+        if self.misbehave:
+            self._misbehave(choice, ids or [0], int(body.get("max_tokens", 16)))
         return {"object": "text_completion", "model": self.name, "choices": [choice]}
+
+    def _misbehave(self, choice: dict, ids: list, max_tokens: int) -> None:
+        lp = choice["logprobs"]
+        if self.misbehave == "too_many_tokens":
+            ids = (ids * (50 * max_tokens))[: 50 * max_tokens]
+            lp["token_logprobs"] = [-1.0] * len(ids)
+        elif self.misbehave == "positive_logprobs":
+            lp["token_logprobs"] = [abs(x) + 0.5 for x in lp["token_logprobs"]]
+        elif self.misbehave == "nan_logprobs":
+            lp["token_logprobs"] = [float("nan")] * len(lp["token_logprobs"])
+        elif self.misbehave == "out_of_vocab":
+            ids = [*ids[:-1], 10_000_000]  # past any vocabulary
+        else:
+            return
+        if "token_ids" in choice:
+            choice["token_ids"] = ids
+        if all(t.startswith("token_id:") for t in lp["tokens"]):
+            lp["tokens"] = [f"token_id:{t}" for t in ids]
 
     def chat(self, body: dict) -> dict:
         """A chat completion: the messages through the model's chat template, then ``complete``."""
@@ -214,6 +238,12 @@ def make_handler(state: State):
                     os.kill(os.getpid(), signal.SIGKILL)  # mid-request, as an OOM kill or a crash would
                 if fail:
                     self._send(500, {"error": "EngineCore encountered an issue"})
+                elif state.misbehave in ("non_json", "not_an_object"):
+                    data = b"\xff\xfe<html>502 Bad Gateway" if state.misbehave == "non_json" else b"[1, 2, 3]"
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 else:
                     self._send(200, state.complete(body))
             elif self.path == "/tokenize":

@@ -4,6 +4,7 @@ are capped, a stalled client is dropped, and the server keeps answering correctl
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -155,6 +156,59 @@ def test_a_stalled_client_is_dropped_after_the_timeout_and_others_are_served(ser
     finally:
         stalled.close()
     _still_serves(url, retriever)
+
+
+def _trickle(server, data: bytes, every: float, first: bytes = b"") -> float | None:
+    """Send ``first`` at once, then ``data`` a byte at a time, one every ``every`` seconds (each well
+    within the per-read timeout); the seconds until the server closed the connection, or None if it
+    never did."""
+    with socket.create_connection(server.server_address[:2], timeout=10) as s:
+        s.sendall(first)
+        t0 = time.monotonic()
+        for i in range(len(data)):  # bounded: len(data) * every seconds at most
+            try:
+                s.sendall(data[i : i + 1])
+                readable, _, _ = select.select([s], [], [], every)
+                if readable and s.recv(4096) == b"":
+                    return time.monotonic() - t0
+            except OSError:  # reset by the server
+                return time.monotonic() - t0
+    return None
+
+
+BODY = json.dumps({"queries": QUERIES, "topk": 2}).encode()
+HEAD = f"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n\r\n".encode()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_client_is_cut_off_at_the_whole_request_deadline(served, retriever, where):
+    """A byte every 0.25 s never trips the 1 s per-read timeout; the 1 s whole-request deadline cuts
+    it off (with the default 30 s, a byte every 5 s used to hold a connection and its thread forever)."""
+    server, url = served  # timeout=1.0
+    if where == "headers":
+        elapsed = _trickle(server, HEAD + BODY, every=0.25)
+    else:
+        elapsed = _trickle(server, BODY, every=0.25, first=HEAD)
+    assert elapsed is not None, "the trickling client was never cut off"
+    assert elapsed < 2.5, elapsed
+    _still_serves(url, retriever)
+
+
+def test_the_deadline_is_per_request_on_a_kept_alive_connection(served):
+    """Requests on one connection, each whole in time, 0.6 s apart (2.4 s in all, past the 1 s
+    deadline): each is answered; the deadline starts at a request's first byte."""
+    server, _ = served
+    with socket.create_connection(server.server_address[:2], timeout=10) as s:
+        for _ in range(4):
+            s.sendall(HEAD + BODY)
+            data = s.recv(65536)
+            assert data.startswith(b"HTTP/1.1 200 "), data[:80]
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next(int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length"))
+            while len(body) < length:
+                body += s.recv(65536)
+            assert len(json.loads(body)["result"]) == len(QUERIES)
+            time.sleep(0.6)
 
 
 def test_bounded_concurrent_load_is_answered_correctly_in_time(served, retriever):

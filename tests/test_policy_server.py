@@ -102,6 +102,65 @@ def test_probe_catches_raw_logprobs(tiny, server):
         ServerGenerator(tok, [server.url], policy=model)
 
 
+MISBEHAVIOURS = [
+    ("too_many_tokens", "token count", "tokens for a request of max_tokens 6"),
+    ("positive_logprobs", "log-prob", "> 0"),
+    ("nan_logprobs", "log-prob", "not finite"),
+    ("out_of_vocab", "vocabulary", "outside the vocabulary [0, "),
+]
+
+
+@pytest.mark.parametrize("mode, check, detail", MISBEHAVIOURS)
+@pytest.mark.parametrize("ids_field", ["token_ids", "tokens"])
+def test_a_misbehaving_servers_completions_never_reach_a_rollout(tiny, server, mode, check, detail, ids_field):
+    """50x the tokens asked, positive or NaN log-probs, an id past the vocabulary: ``ServerError``,
+    one line naming the check and the server (was: taken into training as it came)."""
+    model, tok, _ = tiny
+    server.state.token_ids = ids_field == "token_ids"  # else "token_id:N" tokens, checked the same
+    gen = ServerGenerator(tok, [server.url], policy=model, max_retries=0)
+    try:
+        server.state.misbehave = mode
+        with pytest.raises(ServerError) as e:
+            gen.generate(_prompts(tok, 2), SamplingParams(temperature=0.8, max_new_tokens=6, seed=1))
+        msg = str(e.value)
+        assert msg.startswith(f"inference server {server.url}: completion refused ({check} check): ")
+        assert detail in msg and "\n" not in msg
+    finally:
+        gen.close()
+
+
+@pytest.mark.parametrize("mode", ["non_json", "not_an_object"])
+def test_a_server_answering_non_json_or_a_non_object_is_one_clear_error(tiny, server, mode):
+    model, tok, _ = tiny
+    gen = ServerGenerator(tok, [server.url], policy=model, max_retries=0)
+    try:
+        server.state.misbehave = mode
+        with pytest.raises(ServerError, match=f"inference server {server.url}") as e:
+            gen.generate(_prompts(tok, 1), SamplingParams(max_new_tokens=4))
+        assert ("answered non-JSON" if mode == "non_json" else "without choices") in str(e.value)
+    finally:
+        gen.close()
+
+
+def test_the_probe_refuses_a_misbehaving_server(tiny, server):
+    model, tok, _ = tiny
+    server.state.misbehave = "too_many_tokens"
+    with pytest.raises(ServerError, match=r"\(token count check\): 400 tokens for a request of max_tokens 8"):
+        ServerGenerator(tok, [server.url], policy=model)
+
+
+def test_gigpo_eval_against_a_misbehaving_server_is_one_line(server, capsys):
+    from gigpo.cli import main
+
+    server.state.misbehave = "positive_logprobs"
+    args = [*SMALL, "env.eval_tasks=1", "rollout.backend=server", f"rollout.server.urls=[{server.url}]"]
+    assert main(["eval", "--config", str(SEARCH_TINY), *args]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("gigpo: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"inference server {server.url}: completion refused (log-prob check)" in lines[0]
+
+
 def test_no_server_is_a_clear_error(tiny):
     from gigpo.policy.launch import free_port
 

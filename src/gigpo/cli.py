@@ -2,7 +2,8 @@
 ``gigpo.report`` exists).
 
     gigpo train [--config FILE] [--resume RUN_DIR] [key=value ...]
-    gigpo eval  [--config FILE] [key=value ...]          held-out evaluation of model.name_or_path
+    gigpo eval  RUN_DIR [--out FILE] [key=value ...]      held-out evaluation of a run's delivered model
+    gigpo eval  [--config FILE] [--out FILE] [key=value ...]  ... or of model.name_or_path
     gigpo sft   [--config FILE] [--out DIR] [key=value ...]
     gigpo serve [--config FILE] [--port N] [key=value ...]   a vLLM server for rollout.backend=server
     gigpo report RUN_DIR ...                             (dispatched to gigpo.report.main)
@@ -160,21 +161,121 @@ def cmd_train(argv) -> int:
     return 0
 
 
+_START_ALIASES = ("tiny", "smollm2-135m")
+
+
 def cmd_eval(argv) -> int:
-    p = _parser("eval", "Evaluate model.name_or_path on the held-out (eval split) tasks.")
+    p = _parser(
+        "eval",
+        "Evaluate a model on the held-out (eval split) tasks: a run's delivered model "
+        "(gigpo eval RUN_DIR: RUN_DIR/model with RUN_DIR's config; results also written to "
+        "RUN_DIR/eval/<time>.json), or model.name_or_path of --config. The metrics go to stdout as "
+        "JSON; the model scored is named on stderr and in the results file.",
+    )
+    p.usage = "gigpo eval [RUN_DIR | --config FILE] [--out FILE] [--tag TAG] [key=value ...]"
+    p.add_argument("--out", metavar="FILE", help="also write the results (model, config, metrics) to FILE as JSON")
+    p.add_argument("--tag", help="with RUN_DIR: the results file is RUN_DIR/eval/TAG.json (default: the date and time)")
     args = _parse(p, argv)
     if args is None:
         return 0
+    run = None
+    if args.overrides and "=" not in args.overrides[0] and (not args.config or Path(args.overrides[0]).is_dir()):
+        run = Path(args.overrides.pop(0))
+        if args.config:
+            raise UsageError(f"give either RUN_DIR ({run}) or --config, not both (RUN_DIR uses its own config.yaml)")
+        cfg_path = next((run / n for n in ("config.resumed.yaml", "config.yaml") if (run / n).is_file()), None)
+        if cfg_path is None:
+            raise UsageError(
+                f"{str(run)!r} is not a run directory (no config.yaml there); give RUN_DIR or --config FILE"
+            )
+        if not (run / "model").is_dir():
+            raise UsageError(
+                f"{run} has no delivered model ({run / 'model'} does not exist: the run has not finished); "
+                f"finish it with: gigpo train --resume {run}"
+            )
+        args.config = str(cfg_path)
+        # The delivered model, not the run's start model; it is already fine-tuned, so no SFT.
+        args.overrides = [f"model.name_or_path={run / 'model'}", "sft.enabled=false", *args.overrides]
+    elif args.tag:
+        raise UsageError("--tag names a results file in RUN_DIR/eval/; without RUN_DIR use --out FILE")
+    if args.tag and (not args.tag.strip(". ") or any(c in args.tag for c in "/\\\0")):
+        raise UsageError(f"--tag {args.tag!r}: give a plain name (no path separators); it names RUN_DIR/eval/TAG.json")
     cfg = _load(args)
     if args.print_config:
         return _print_config(cfg)
     _threads(cfg)
+    # Where the results go, made before the evaluation: a bad --out must not cost an evaluation.
+    out_dir = Path(args.out).parent if args.out else (run / "eval" if run is not None else None)
+    if args.out and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: is a directory; give a file name (e.g. {Path(args.out) / 'eval.json'})")
+    if out_dir is not None:
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(
+                f"cannot write the results under {out_dir}: {e.strerror} ({e.filename}); give --out FILE "
+                "in a writable folder"
+            ) from None
     import json
 
     from gigpo.train.evaluate import evaluate_model
 
+    model = cfg.model.name_or_path
+    overridden = any(o.startswith("model.name_or_path=") for o in args.overrides[2 if run is not None else 0 :])
+    if run is not None and not overridden:
+        what = f"the delivered model of {run}"
+    else:
+        what = f"model.name_or_path of {args.config or 'the defaults'}" + (" (overridden)" if overridden else "")
+    tasks = cfg.env.eval_tasks or "all"
+    print(f"gigpo eval: scoring {model} ({what}) on {tasks} {cfg.env.family} eval tasks", file=sys.stderr, flush=True)
+    if run is None and cfg.sft.enabled and not overridden:
+        start = "untrained start model" if model in _START_ALIASES else "start model"
+        print(
+            f"gigpo eval: warning: the config has sft.enabled=true, but gigpo eval does not run SFT: it scores "
+            f"the {start} {model!r} as it is. To score a run's trained model: gigpo eval RUN_DIR "
+            "(or model.name_or_path=RUN_DIR/model)",
+            file=sys.stderr,
+            flush=True,
+        )
     m = evaluate_model(cfg)
+    n, failed = m.get("num_trajectories", 0), m.get("failed_rate", 0.0)
+    if n and failed >= 1.0:
+        print(
+            f"gigpo: every one of the {n} eval episodes ended in an env fault (failed_rate 1.0), so nothing was "
+            f"scored; the env errors are logged above (check env.* in {args.config or 'the config'})",
+            file=sys.stderr,
+        )
+        return 1
+    out = Path(args.out) if args.out else None
+    if out is None and run is not None:
+        import time
+
+        stem = args.tag or time.strftime("%Y%m%d-%H%M%S")
+        out = run / "eval" / f"{stem}.json"
+        k = 1
+        while out.exists() and not args.tag:
+            k += 1
+            out = run / "eval" / f"{stem}-{k}.json"
     print(json.dumps(m, indent=2))
+    if out is not None:
+        import time
+
+        from gigpo.train.config import to_dict
+
+        record = {
+            "model": model,
+            "run_dir": str(run) if run is not None else None,
+            "config": args.config,
+            "overrides": args.overrides,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "env": {"family": cfg.env.family, "eval_tasks": cfg.env.eval_tasks, "task_seed": cfg.env.task_seed},
+            "metrics": m,
+            "resolved_config": to_dict(cfg),
+        }
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, out)
+        print(f"gigpo eval: results written to {out}", file=sys.stderr)
     return 0
 
 

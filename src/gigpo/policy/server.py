@@ -26,6 +26,10 @@ Weight sync (``sync_weights``): the policy is written to a new directory under `
 computed with the old weights); a probe then checks the server's log-probs against the model.
 ``policy_version`` names the weights the servers hold; the rollout records it per row.
 
+Every completion is checked before it reaches a rollout (``_parse``): a JSON object with a
+choice, at most the request's ``max_tokens`` ids, each an integer in ``[0, vocab_size)``, one
+finite log-prob <= ``LOGPROB_EPS`` per id; otherwise ``ServerError`` names the check and the server.
+
 A server that stays down once a request's retries are used up raises ``ServerDown``. When
 ``revive`` is set (``gigpo.train.serving.ServerBackend`` sets it for the vLLM server it started),
 ``generate`` and ``sync_weights`` hand the failure to it: it brings the server back holding the
@@ -39,7 +43,6 @@ Docs: docs/serving.md.
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
 import threading
 import time
@@ -59,6 +62,7 @@ PROBE_MESSAGES = [
 PROBE_TEMPERATURE = 0.7  # != 1, so raw (untempered) log-probs would not pass for processed ones
 PROBE_TOKENS = 8
 RETRY_STATUS = (429, 500, 502, 503, 504)
+LOGPROB_EPS = 1e-4  # a sampled token's log-prob above this (it is <= 0 up to rounding) is refused
 
 
 class ServerError(RuntimeError):
@@ -95,6 +99,8 @@ class ServerGenerator:
         backoff_s: first retry's delay (doubles per retry).
         sync_dir: where ``sync_weights`` writes the policy for the servers to load.
         logprob_tolerance: max |server - trainer| log-prob in the probe.
+        vocab_size: ids a server may return are in ``[0, vocab_size)`` (default: the larger of
+            ``len(tokenizer)`` and ``policy.config.vocab_size``, its embedding rows).
         lora: the policy is a peft LoRA model and the servers hold its base weights: a weight sync
             loads the adapter (``POST /v1/load_lora_adapter``) and requests name it.
         probe: run ``probe()`` now.
@@ -116,6 +122,7 @@ class ServerGenerator:
         logprob_tolerance: float = 0.02,
         lora: bool = False,
         probe: bool = True,
+        vocab_size: int | None = None,
     ) -> None:
         import httpx
 
@@ -135,6 +142,10 @@ class ServerGenerator:
 
             eos_token_ids = default_eos_ids(policy, tokenizer)
         self.eos_ids = [int(i) for i in eos_token_ids]
+        if vocab_size is None:
+            sizes = [len(tokenizer), int(getattr(getattr(policy, "config", None), "vocab_size", 0) or 0)]
+            vocab_size = max(sizes)
+        self.vocab_size = int(vocab_size)
         self.timeout_s = float(timeout_s)
         self.concurrency = int(concurrency)
         self.max_retries = int(max_retries)
@@ -204,8 +215,14 @@ class ServerGenerator:
     def _post(
         self, path: str, body: dict, url: str | None = None, abort: threading.Event | None = None, text: bool = False
     ) -> dict:
-        """POST ``body`` to ``path`` on ``url`` (default: the least loaded server), retrying
-        connection errors and 5xx answers ``max_retries`` times with backoff, on another
+        """``_post_at``'s answer alone."""
+        return self._post_at(path, body, url, abort, text)[0]
+
+    def _post_at(
+        self, path: str, body: dict, url: str | None = None, abort: threading.Event | None = None, text: bool = False
+    ) -> tuple[dict, str]:
+        """(answer, the URL that gave it): POST ``body`` to ``path`` on ``url`` (default: the least
+        loaded server), retrying connection errors and 5xx answers ``max_retries`` times with backoff, on another
         server when there is one. Raises ``ServerError`` naming the server (``ServerDown`` when
         the retries are used up). ``abort`` set: no further attempt (another request of the same
         call failed). ``text``: the answer is plain text (vLLM's LoRA endpoints), as ``{"text": ...}``."""
@@ -222,12 +239,14 @@ class ServerGenerator:
                 last, tried = f"{type(e).__name__}: {e}", u
             else:
                 if r.status_code == 200 and text:
-                    return {"text": r.text}
+                    return {"text": r.text}, u
                 if r.status_code == 200:
                     try:
-                        return r.json() if r.content else {}
-                    except json.JSONDecodeError as e:
-                        raise ServerError(f"inference server {u}: {path} answered non-JSON: {r.text[:200]!r}") from e
+                        return (r.json() if r.content else {}), u
+                    except ValueError:  # JSONDecodeError, or bytes that are not UTF-8 at all
+                        raise ServerError(
+                            f"inference server {u}: {path} answered non-JSON: {r.content[:200]!r}"
+                        ) from None
                 if r.status_code not in RETRY_STATUS:
                     raise ServerError(f"inference server {u}: {path} answered {r.status_code}: {r.text[:500]}")
                 last, tried = f"HTTP {r.status_code}: {r.text[:200]}", u
@@ -267,34 +286,60 @@ class ServerGenerator:
             body["seed"] = int(seed)
         return body
 
-    def _parse(self, resp: dict, url: str = "") -> Generation:
-        """One choice -> ``Generation``; ``ServerError`` when ids or log-probs are missing."""
+    def _parse(self, resp: dict, url: str = "", max_tokens: int | None = None) -> Generation:
+        """One choice -> ``Generation``; ``ServerError`` when ids or log-probs are missing, or when
+        the answer fails a check (module docstring): nothing unchecked reaches a rollout."""
+
+        def bad(check: str, what: str) -> ServerError:
+            return ServerError(f"inference server {url}: completion refused ({check} check): {what}")
+
         try:
             ch = resp["choices"][0]
         except (KeyError, IndexError, TypeError):
             raise ServerError(f"inference server {url}: a completion without choices: {str(resp)[:300]}") from None
+        if not isinstance(ch, dict):
+            raise bad("format", f"a choice is {type(ch).__name__}, not a JSON object: {str(ch)[:200]}")
         lp = ch.get("logprobs") or {}
+        if not isinstance(lp, dict):
+            raise bad("format", f'"logprobs" is {type(lp).__name__}, not a JSON object: {str(lp)[:200]}')
         ids = ch.get("token_ids")
         if ids is None:
             toks = lp.get("tokens") or []
             if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
-                ids = [int(t.split(":", 1)[1]) for t in toks]
+                try:
+                    ids = [int(t.split(":", 1)[1]) for t in toks]
+                except ValueError:
+                    raise bad("token id", f"a token_id:N token without an integer N: {toks[:8]}") from None
         if ids is None:
             raise ServerError(
                 f"inference server {url} returns no token ids (neither return_token_ids nor "
                 "return_tokens_as_token_ids tokens); gigpo trains on the sampled ids and never "
                 "re-tokenizes text: use a server that returns them (vLLM >= 0.10)"
             )
+        if not isinstance(ids, list) or not all(type(t) is int for t in ids):
+            raise bad("token id", f"token_ids is not a list of integers: {str(ids)[:200]}")
+        if max_tokens is not None and len(ids) > max_tokens:
+            raise bad("token count", f"{len(ids)} tokens for a request of max_tokens {max_tokens}")
+        out = [t for t in ids if not 0 <= t < self.vocab_size]
+        if out:
+            raise bad("vocabulary", f"token id {out[0]} is outside the vocabulary [0, {self.vocab_size})")
         lps = lp.get("token_logprobs")
-        if lps is None or len(lps) != len(ids) or any(x is None for x in lps):
+        if lps is None or not isinstance(lps, list) or len(lps) != len(ids) or any(x is None for x in lps):
             raise ServerError(
                 f"inference server {url} returns no log-prob per sampled token (logprobs: 0); "
-                f"got {len(lps or [])} for {len(ids)} tokens"
+                f"got {len(lps) if isinstance(lps, list) else 0} for {len(ids)} tokens"
             )
+        if not all(type(x) in (int, float) for x in lps):
+            raise bad("log-prob", f"token_logprobs holds non-numbers: {str(lps)[:200]}")
+        arr = np.asarray(lps, dtype=np.float64)
+        if not np.isfinite(arr).all():
+            raise bad("log-prob", f"a log-prob is not finite ({arr[~np.isfinite(arr)][0]})")
+        if len(arr) and arr.max() > LOGPROB_EPS:
+            raise bad("log-prob", f"log-prob {arr.max():.6g} > 0 (a log-probability is at most 0)")
         finished = ch.get("finish_reason") == "stop"
         return Generation(
             token_ids=np.asarray(ids, dtype=np.int32),
-            logprobs=np.asarray(lps, dtype=np.float32),
+            logprobs=np.minimum(arr, 0.0).astype(np.float32),
             finished=bool(finished and len(ids) and int(ids[-1]) in self.eos_ids),
         )
 
@@ -350,7 +395,8 @@ class ServerGenerator:
         return self._constrained(prompt, params, seed, constraint, abort)
 
     def _completion(self, body: dict, abort: threading.Event | None = None) -> Generation:
-        return self._parse(self._post("/v1/completions", body, abort=abort))
+        resp, url = self._post_at("/v1/completions", body, abort=abort)
+        return self._parse(resp, url, max_tokens=int(body["max_tokens"]))
 
     def _constrained(self, prompt, params: SamplingParams, seed: int | None, c, abort=None) -> Generation:
         """One response under the action constraint ``c``, sampled as ``HFGenerator`` samples it.
@@ -412,7 +458,7 @@ class ServerGenerator:
         ids = self.probe_prompt()[1]
         params = SamplingParams(temperature=PROBE_TEMPERATURE, max_new_tokens=1)
         body = {**self._body(ids, params, 0, 1), "allowed_token_ids": [ids[0]]}
-        g = self._parse(self._post("/v1/completions", body, url=url), url)
+        g = self._parse(self._post("/v1/completions", body, url=url), url, max_tokens=1)
         if g.token_ids.tolist() != [ids[0]] or not abs(float(g.logprobs[0])) < 1e-5:
             raise ServerError(
                 f"inference server {url} does not apply allowed_token_ids: a completion allowed only "
@@ -490,11 +536,11 @@ class ServerGenerator:
         ids = list(ids if ids is not None else self.probe_prompt()[1])
         params = SamplingParams(temperature=PROBE_TEMPERATURE, top_p=1.0, max_new_tokens=PROBE_TOKENS, seed=0)
         resp = self._post("/v1/completions", self._body(ids, params, 0, PROBE_TOKENS), url=url)
-        ch = (resp.get("choices") or [{}])[0]
-        if self.ids_field == "token_ids" and ch.get("token_ids") is None:
+        ch = (resp.get("choices") or [{}])[0] if isinstance(resp, dict) else {}
+        if self.ids_field == "token_ids" and isinstance(ch, dict) and ch.get("token_ids") is None:
             self.ids_field = "tokens"  # a server without return_token_ids: ask for "token_id:N" tokens
             resp = self._post("/v1/completions", self._body(ids, params, 0, PROBE_TOKENS), url=url)
-        gen = self._parse(resp, url)
+        gen = self._parse(resp, url, max_tokens=PROBE_TOKENS)
         out: dict[str, Any] = {"ids_field": self.ids_field, "tokens": len(gen.token_ids)}
         if not compare or self.policy is None or not len(gen.token_ids):
             return out

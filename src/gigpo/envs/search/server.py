@@ -9,15 +9,20 @@
 or ``{"result": [[{"id", "contents"}, ...], ...]}`` (without). Errors get a 4xx/5xx with
 ``{"error": message}``: every malformed request (bad JSON, too deep, a missing or bad
 Content-Length, ``topk`` not an integer in 1..100, more than ``MAX_QUERIES`` queries, an answer
-over ``MAX_RESPONSE_BYTES``) is a 400. A client that stalls for ``timeout`` seconds is dropped.
+over ``MAX_RESPONSE_BYTES``) is a 400. A connection is closed when it sits idle for ``timeout``
+seconds, or when a request whose first byte has arrived is not whole (request line, headers and
+body) within ``timeout`` seconds: a client that trickles a byte at a time cannot hold a thread.
 ``GET /health`` answers ``{"status": "ok", "documents": n}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gigpo.envs.search.retrievers import BM25Retriever, Retriever
@@ -26,7 +31,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TOPK = 100
 MAX_QUERIES = 1024  # per request; a training batch sends one query per episode
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-REQUEST_TIMEOUT = 30.0  # seconds a client may stall mid-request before its socket is closed
+REQUEST_TIMEOUT = 30.0  # seconds a connection may idle, and a request may take to arrive whole
 
 
 class BadRequest(ValueError):
@@ -79,10 +84,59 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
     return queries, topk, scores
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The read side of a connection with a whole-request deadline: a socket timeout bounds one
+    read only, so a client sending a byte every ``timeout - 1`` seconds would never trip it. Idle
+    (no request begun) each read waits up to ``timeout``; once a request's first bytes arrive, the
+    rest of it must arrive within ``timeout`` of them (``TimeoutError``, which closes the
+    connection). ``next_request()`` re-arms it between requests."""
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self.sock, self.timeout = sock, timeout
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def next_request(self) -> None:
+        self.deadline = None
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self.deadline is None:
+            wait = self.timeout
+        else:
+            wait = self.deadline - time.monotonic()
+            if wait <= 0:
+                raise TimeoutError(f"the request did not arrive whole within {self.timeout:g} s")
+        self.sock.settimeout(wait)
+        n = self.sock.recv_into(b)
+        if n and self.deadline is None:
+            self.deadline = time.monotonic() + self.timeout
+        return n
+
+
 def _handler(retriever: Retriever, n_docs: int | None, default_topk: int, request_timeout: float | None):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         timeout = request_timeout  # StreamRequestHandler puts it on the socket: a stalled client times out
+
+        def setup(self) -> None:
+            super().setup()
+            self.reader: _DeadlineReader | None = None
+            if request_timeout:
+                self.rfile.close()
+                self.reader = _DeadlineReader(self.connection, request_timeout)
+                self.rfile = io.BufferedReader(self.reader)
+
+        def handle_one_request(self) -> None:
+            if self.reader is not None:
+                self.reader.next_request()
+            super().handle_one_request()
+
+        def send_response(self, *args, **kwargs) -> None:
+            # The request is read: the answer gets the full per-write timeout, not the deadline's rest.
+            self.connection.settimeout(request_timeout)
+            super().send_response(*args, **kwargs)
 
         def log_message(self, *args) -> None:  # keep test and training logs quiet
             pass
@@ -156,7 +210,8 @@ def make_server(
 ) -> ThreadingHTTPServer:
     """A server bound to (host, port) (port 0: a free port, see ``server.server_address``); not started.
 
-    ``timeout``: seconds a connection may sit idle or stall mid-request before it is closed.
+    ``timeout``: seconds a connection may sit idle, and seconds a request may take from its first
+    byte to its last (request line, headers and body), before the connection is closed.
     """
     n_docs = len(retriever.docs) if hasattr(retriever, "docs") else None
     server = ThreadingHTTPServer((host, port), _handler(retriever, n_docs, default_topk, timeout))
@@ -185,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         "--timeout",
         type=float,
         default=REQUEST_TIMEOUT,
-        help="seconds a client may stall mid-request before its connection is closed",
+        help="seconds a connection may idle, and a request may take to arrive whole, before it is closed",
     )
     args = ap.parse_args(argv)
     if args.corpus:
