@@ -95,8 +95,16 @@ def _batch(it: int, n_tasks: int = 3, n: int = 4, rng=None) -> StepBatch:
     )
 
 
-def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", traj_every: int = 2, evals: bool = True):
-    """A run directory in the trainer's formats; returns its path."""
+def make_run_dir(
+    tmp_path,
+    *,
+    iterations: int = 4,
+    estimator: str = "gigpo",
+    traj_every: int = 2,
+    evals: bool = True,
+    overrides: tuple[str, ...] = (),
+):
+    """A run directory in the trainer's formats (config ``overrides`` on top); returns its path."""
     cfg = load_config(
         None,
         [
@@ -106,6 +114,8 @@ def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", tra
             "env.group_size=4",
             "env.tasks_per_iter=3",
             f"train.iterations={iterations}",
+            f"log.trajectories_every={traj_every}",
+            *overrides,
         ],
     )
     run = cfg.run_dir
@@ -342,3 +352,49 @@ def test_viewer_shows_the_state_key_when_trajectories_have_one(tmp_path):
     assert all(
         s["st"] == "" for it in data["iterations"][1:] for t in it["tasks"] for tr in t["trajs"] for s in tr["steps"]
     )
+
+
+def _header(text: str) -> str:
+    return text[text.index('<header id="header">') : text.index("</header>")]
+
+
+def test_header_shows_the_kl_coef_only_when_the_kl_term_is_on(tmp_path):
+    on = _header(write_report(make_run_dir(tmp_path / "on")).read_text(encoding="utf-8"))
+    assert "<th>KL coef</th><td>0.01</td>" in on
+    off = _header(
+        write_report(make_run_dir(tmp_path / "off", overrides=("train.use_kl=false",))).read_text(encoding="utf-8")
+    )
+    assert "KL coef" not in off and "<th>learning rate</th>" in off
+
+
+@pytest.mark.parametrize(
+    "iterations, traj_every, expected",
+    [
+        (
+            2,
+            4,
+            "no trajectories were written in this run: trajectories are written at iterations that are a multiple "
+            "of log.trajectories_every = 4, and none of the logged iterations 1-2 was. "
+            "set log.trajectories_every=1",
+        ),
+        (1, 3, "multiple of log.trajectories_every = 3, and none of the logged iteration 1 was"),
+        (3, 0, "log.trajectories_every is 0 (never)"),
+    ],
+)
+def test_no_trajectories_message_names_the_key_and_value(tmp_path, iterations, traj_every, expected):
+    run = make_run_dir(tmp_path, iterations=iterations, traj_every=traj_every or 10**6, evals=False)
+    if traj_every == 0:  # the helper's writer never writes with a huge period; the config says 0
+        text = (run / "config.yaml").read_text().replace("trajectories_every: 1000000", "trajectories_every: 0")
+        (run / "config.yaml").write_text(text)
+    assert not (run / "trajectories").exists() or not any((run / "trajectories").iterdir())
+    data = _viewer_json(write_report(run).read_text(encoding="utf-8"))
+    assert data["iterations"] == [] and expected in data["empty"].lower(), data["empty"]
+
+
+def test_no_trajectories_message_when_the_files_are_gone(tmp_path):
+    run = make_run_dir(tmp_path, iterations=4, traj_every=2)
+    for f in (run / "trajectories").iterdir():
+        f.unlink()
+    data = viewer_data(load_run(run))
+    assert "iteration 2 was logged and log.trajectories_every = 2" in data["empty"]
+    assert "missing or empty" in data["empty"]

@@ -38,7 +38,9 @@ SUMMARY_KEYS = (
 
 
 def _summary(run) -> list[tuple[str, str]]:
-    out = [(label, str(v)) for label, key in SUMMARY_KEYS if (v := run.cfg(key)) is not None]
+    # The KL coefficient only when the KL term is on (train.use_kl, on when an old config lacks it).
+    skip = {"train.kl_coef"} if run.cfg("train.use_kl", True) is False else set()
+    out = [(label, str(v)) for label, key in SUMMARY_KEYS if key not in skip and (v := run.cfg(key)) is not None]
     done = max([int(r["iteration"]) for r in run.train], default=0)
     out.append(("iterations logged", str(done)))
     for ev in run.events:  # watchdog rollbacks (purple lines in the success plot)

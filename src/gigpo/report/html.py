@@ -150,7 +150,7 @@ JS = r"""
       ' steps in ' + Object.keys(colour).length + ' shared anchor-state groups (coloured)';
   }
   if (!data.iterations.length){ document.getElementById('vw-controls').style.display = 'none';
-    cols.appendChild(el('p', 'empty', 'No trajectories were written in this run (log.trajectories_every = 0, or the run stopped first).'));
+    cols.appendChild(el('p', 'empty', data.empty || 'No trajectories were written in this run.'));
     return; }
   data.iterations.forEach(function(it, i){ var o = el('option', null, 'iteration ' + it.iteration); o.value = i; selI.appendChild(o); });
   selI.addEventListener('change', function(){ fillTasks(); render(); });
