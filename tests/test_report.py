@@ -398,3 +398,51 @@ def test_no_trajectories_message_when_the_files_are_gone(tmp_path):
     data = viewer_data(load_run(run))
     assert "iteration 2 was logged and log.trajectories_every = 2" in data["empty"]
     assert "missing or empty" in data["empty"]
+
+
+def test_a_20k_line_run_is_reported_with_thinned_plots_that_keep_the_first_and_last_iteration(tmp_path):
+    """A long run (20,000 train lines of ~25 metrics) is read keeping only plotted keys, its curves
+    are drawn from at most MAX_POINTS bucket means and its bars from at most MAX_BARS buckets,
+    with iteration 1 and the last iteration on the axis. (Speed: benchmarks/report_speed.py.)"""
+    from gigpo.report.data import series
+    from gigpo.report.plots import MAX_BARS, MAX_POINTS, bucket_bars, report_key, thin, timing_table
+
+    n = 20_000
+    run = make_run_dir(tmp_path, iterations=1, traj_every=1)
+    hist = {"step_groups/hist_1": 3, "step_groups/hist_2": 2, "step_groups/hist_3-4": 1, "step_groups/hist_9+": 1}
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"iteration": 0, "tag": "eval_before", "eval/success": 0.25}) + "\n")
+        for it in range(1, n + 1):
+            row = {"iteration": it, "tag": "train", "rollout/success": (it % 7) / 7, "actor/kl": 1e-3 * (it % 3)}
+            row.update({"time/rollout": 3.0, "time/update": 1.0 + (it == n), "step_groups/share_rows_in_size_gt1": 0.5})
+            row.update(hist)
+            row.update({f"unplotted/k{j}": j * 0.5 for j in range(12)})
+            f.write(json.dumps(row) + "\n")
+            if it % 5000 == 0:
+                f.write(
+                    json.dumps({"iteration": it, "tag": "eval_final" if it == n else "eval", "eval/success": 0.5})
+                    + "\n"
+                )
+
+    data = load_run(run, keep=report_key)
+    assert len(data.train) == n and len(data.evals) == 5
+    assert set(data.train[0]) == {"iteration", "tag", "rollout/success", "actor/kl", "time/rollout", "time/update"} | {
+        "step_groups/share_rows_in_size_gt1",
+        *hist,
+    }
+    x, y = series(data.train, "rollout/success")
+    t = thin(x, y)
+    assert len(t.x) <= MAX_POINTS and t.per == n // MAX_POINTS
+    assert (t.x[0], t.x[-1]) == (1.0, float(n)) and np.all(np.diff(t.x) > 0)
+    assert t.lo.min() == 0.0 and t.hi.max() == 6 / 7 and abs(t.y.mean() - y.mean()) < 1e-3
+    its, labels, secs = timing_table(data)
+    ticks, bars, per = bucket_bars(its, secs)
+    assert labels == ["rollout", "update"] and len(ticks) == len(bars) <= MAX_BARS and per == n // MAX_BARS
+    assert ticks[0] == "1" and np.allclose(bars[:, 0], 3.0) and bars[-1, 1] > 1.0  # the last iteration's 2 s counted
+
+    text = write_report(run).read_text(encoding="utf-8")
+    assert f"<th>iterations logged</th><td>{n}</td>" in text
+    assert re.search(r'id="final-success">0\.500<', text)
+    assert f"{n:,} iterations: mean of every {n // MAX_POINTS} drawn" in text
+    assert f"{n:,} iterations, each bar the mean of up to {n // MAX_BARS}" in text
+    assert text.count('src="data:image/png;base64,') == 4  # success, KL, group sizes, time per phase

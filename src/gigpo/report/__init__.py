@@ -62,10 +62,10 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
     """
     from gigpo.report import html as H
     from gigpo.report.data import eval_summary, load_run
-    from gigpo.report.plots import curve_panels, group_size_panels, timing_panels
+    from gigpo.report.plots import curve_panels, group_size_panels, report_key, timing_panels
     from gigpo.report.viewer import to_script_json, viewer_data
 
-    run = load_run(run_dir)
+    run = load_run(run_dir, keep=report_key)  # only the plotted metrics: memory stays small
     curves, groups, timing = curve_panels(run), group_size_panels(run), timing_panels(run)
     vdata = viewer_data(run)
     parts = [
