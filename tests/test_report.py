@@ -446,3 +446,42 @@ def test_a_20k_line_run_is_reported_with_thinned_plots_that_keep_the_first_and_l
     assert f"{n:,} iterations: mean of every {n // MAX_POINTS} drawn" in text
     assert f"{n:,} iterations, each bar the mean of up to {n // MAX_BARS}" in text
     assert text.count('src="data:image/png;base64,') == 4  # success, KL, group sizes, time per phase
+
+
+def test_ctrl_c_in_gigpo_report_is_one_line_not_a_traceback(tmp_path):
+    """SIGINT while `gigpo report` reads metrics.jsonl: `gigpo: interrupted`, exit 130, no .tmp.
+
+    metrics.jsonl is a FIFO: the report blocks reading it, deterministically, until the signal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    run = make_run_dir(tmp_path, iterations=1, traj_every=1, evals=False)
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+    env.pop("GIGPO_TRACEBACK", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gigpo.cli", "report", str(run)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline, fd = time.monotonic() + 60, None
+    while fd is None:  # opening the write end succeeds once the report has the FIFO open to read
+        try:
+            fd = os.open(run / "metrics.jsonl", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+    try:
+        os.write(fd, b'{"iteration": 1, "tag": "train", "rollout/success": 0.5}\n')
+        time.sleep(0.3)  # the report is now blocked reading the next line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 130, err
+    assert err == "gigpo: interrupted\n", err
+    assert not (run / "report.html").exists() and not (run / "report.html.tmp").exists()

@@ -99,13 +99,19 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
     text = H.page(f"gigpo report: {run.name}", [header, *parts])
     path = Path(out) if out is not None else run.run_dir / "report.html"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees a half-written page
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # a reader never sees a half-written page
+    except BaseException:  # Ctrl-C or a full disk mid-write: no half-written .tmp left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
 def main(argv=None) -> int:
-    """``gigpo report RUN_DIR [--out FILE]``: write the report and print its path."""
+    """``gigpo report RUN_DIR [--out FILE]``: write the report and print its path.
+
+    Exit codes: 0 written, 2 not a run directory, 130 Ctrl-C (``gigpo: interrupted``)."""
     p = argparse.ArgumentParser(
         prog="gigpo report",
         description="Write RUN_DIR/report.html: curves, step-group sizes, time per "
@@ -119,5 +125,8 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"gigpo report: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; the old report.html (if any) is untouched
+        print("gigpo: interrupted", file=sys.stderr)
+        return 130
     print(f"report: {path}")
     return 0
