@@ -95,8 +95,16 @@ def _batch(it: int, n_tasks: int = 3, n: int = 4, rng=None) -> StepBatch:
     )
 
 
-def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", traj_every: int = 2, evals: bool = True):
-    """A run directory in the trainer's formats; returns its path."""
+def make_run_dir(
+    tmp_path,
+    *,
+    iterations: int = 4,
+    estimator: str = "gigpo",
+    traj_every: int = 2,
+    evals: bool = True,
+    overrides: tuple[str, ...] = (),
+):
+    """A run directory in the trainer's formats (config ``overrides`` on top); returns its path."""
     cfg = load_config(
         None,
         [
@@ -106,6 +114,8 @@ def make_run_dir(tmp_path, *, iterations: int = 4, estimator: str = "gigpo", tra
             "env.group_size=4",
             "env.tasks_per_iter=3",
             f"train.iterations={iterations}",
+            f"log.trajectories_every={traj_every}",
+            *overrides,
         ],
     )
     run = cfg.run_dir
@@ -342,3 +352,136 @@ def test_viewer_shows_the_state_key_when_trajectories_have_one(tmp_path):
     assert all(
         s["st"] == "" for it in data["iterations"][1:] for t in it["tasks"] for tr in t["trajs"] for s in tr["steps"]
     )
+
+
+def _header(text: str) -> str:
+    return text[text.index('<header id="header">') : text.index("</header>")]
+
+
+def test_header_shows_the_kl_coef_only_when_the_kl_term_is_on(tmp_path):
+    on = _header(write_report(make_run_dir(tmp_path / "on")).read_text(encoding="utf-8"))
+    assert "<th>KL coef</th><td>0.01</td>" in on
+    off = _header(
+        write_report(make_run_dir(tmp_path / "off", overrides=("train.use_kl=false",))).read_text(encoding="utf-8")
+    )
+    assert "KL coef" not in off and "<th>learning rate</th>" in off
+
+
+@pytest.mark.parametrize(
+    "iterations, traj_every, expected",
+    [
+        (
+            2,
+            4,
+            "no trajectories were written in this run: trajectories are written at iterations that are a multiple "
+            "of log.trajectories_every = 4, and none of the logged iterations 1-2 was. "
+            "set log.trajectories_every=1",
+        ),
+        (1, 3, "multiple of log.trajectories_every = 3, and none of the logged iteration 1 was"),
+        (3, 0, "log.trajectories_every is 0 (never)"),
+    ],
+)
+def test_no_trajectories_message_names_the_key_and_value(tmp_path, iterations, traj_every, expected):
+    run = make_run_dir(tmp_path, iterations=iterations, traj_every=traj_every or 10**6, evals=False)
+    if traj_every == 0:  # the helper's writer never writes with a huge period; the config says 0
+        text = (run / "config.yaml").read_text().replace("trajectories_every: 1000000", "trajectories_every: 0")
+        (run / "config.yaml").write_text(text)
+    assert not (run / "trajectories").exists() or not any((run / "trajectories").iterdir())
+    data = _viewer_json(write_report(run).read_text(encoding="utf-8"))
+    assert data["iterations"] == [] and expected in data["empty"].lower(), data["empty"]
+
+
+def test_no_trajectories_message_when_the_files_are_gone(tmp_path):
+    run = make_run_dir(tmp_path, iterations=4, traj_every=2)
+    for f in (run / "trajectories").iterdir():
+        f.unlink()
+    data = viewer_data(load_run(run))
+    assert "iteration 2 was logged and log.trajectories_every = 2" in data["empty"]
+    assert "missing or empty" in data["empty"]
+
+
+def test_a_20k_line_run_is_reported_with_thinned_plots_that_keep_the_first_and_last_iteration(tmp_path):
+    """A long run (20,000 train lines of ~25 metrics) is read keeping only plotted keys, its curves
+    are drawn from at most MAX_POINTS bucket means and its bars from at most MAX_BARS buckets,
+    with iteration 1 and the last iteration on the axis. (Speed: benchmarks/report_speed.py.)"""
+    from gigpo.report.data import series
+    from gigpo.report.plots import MAX_BARS, MAX_POINTS, bucket_bars, report_key, thin, timing_table
+
+    n = 20_000
+    run = make_run_dir(tmp_path, iterations=1, traj_every=1)
+    hist = {"step_groups/hist_1": 3, "step_groups/hist_2": 2, "step_groups/hist_3-4": 1, "step_groups/hist_9+": 1}
+    with open(run / "metrics.jsonl", "w") as f:
+        f.write(json.dumps({"iteration": 0, "tag": "eval_before", "eval/success": 0.25}) + "\n")
+        for it in range(1, n + 1):
+            row = {"iteration": it, "tag": "train", "rollout/success": (it % 7) / 7, "actor/kl": 1e-3 * (it % 3)}
+            row.update({"time/rollout": 3.0, "time/update": 1.0 + (it == n), "step_groups/share_rows_in_size_gt1": 0.5})
+            row.update(hist)
+            row.update({f"unplotted/k{j}": j * 0.5 for j in range(12)})
+            f.write(json.dumps(row) + "\n")
+            if it % 5000 == 0:
+                f.write(
+                    json.dumps({"iteration": it, "tag": "eval_final" if it == n else "eval", "eval/success": 0.5})
+                    + "\n"
+                )
+
+    data = load_run(run, keep=report_key)
+    assert len(data.train) == n and len(data.evals) == 5
+    assert set(data.train[0]) == {"iteration", "tag", "rollout/success", "actor/kl", "time/rollout", "time/update"} | {
+        "step_groups/share_rows_in_size_gt1",
+        *hist,
+    }
+    x, y = series(data.train, "rollout/success")
+    t = thin(x, y)
+    assert len(t.x) <= MAX_POINTS and t.per == n // MAX_POINTS
+    assert (t.x[0], t.x[-1]) == (1.0, float(n)) and np.all(np.diff(t.x) > 0)
+    assert t.lo.min() == 0.0 and t.hi.max() == 6 / 7 and abs(t.y.mean() - y.mean()) < 1e-3
+    its, labels, secs = timing_table(data)
+    ticks, bars, per = bucket_bars(its, secs)
+    assert labels == ["rollout", "update"] and len(ticks) == len(bars) <= MAX_BARS and per == n // MAX_BARS
+    assert ticks[0] == "1" and np.allclose(bars[:, 0], 3.0) and bars[-1, 1] > 1.0  # the last iteration's 2 s counted
+
+    text = write_report(run).read_text(encoding="utf-8")
+    assert f"<th>iterations logged</th><td>{n}</td>" in text
+    assert re.search(r'id="final-success">0\.500<', text)
+    assert f"{n:,} iterations: mean of every {n // MAX_POINTS} drawn" in text
+    assert f"{n:,} iterations, each bar the mean of up to {n // MAX_BARS}" in text
+    assert text.count('src="data:image/png;base64,') == 4  # success, KL, group sizes, time per phase
+
+
+def test_ctrl_c_in_gigpo_report_is_one_line_not_a_traceback(tmp_path):
+    """SIGINT while `gigpo report` reads metrics.jsonl: `gigpo: interrupted`, exit 130, no .tmp.
+
+    metrics.jsonl is a FIFO: the report blocks reading it, deterministically, until the signal."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    run = make_run_dir(tmp_path, iterations=1, traj_every=1, evals=False)
+    (run / "metrics.jsonl").unlink()
+    os.mkfifo(run / "metrics.jsonl")
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+    env.pop("GIGPO_TRACEBACK", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gigpo.cli", "report", str(run)], env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline, fd = time.monotonic() + 60, None
+    while fd is None:  # opening the write end succeeds once the report has the FIFO open to read
+        try:
+            fd = os.open(run / "metrics.jsonl", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+    try:
+        os.write(fd, b'{"iteration": 1, "tag": "train", "rollout/success": 0.5}\n')
+        time.sleep(0.3)  # the report is now blocked reading the next line
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 130, err
+    assert err == "gigpo: interrupted\n", err
+    assert not (run / "report.html").exists() and not (run / "report.html.tmp").exists()

@@ -58,3 +58,83 @@ def test_a_torn_last_line_is_dropped_with_a_warning_and_the_good_lines_are_kept(
     lg.close()
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(x["iteration"], x["x"]) for x in lines] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+
+
+def test_tensorboard_tags_name_the_line_once(tmp_path):
+    """Eval scalars are ``eval_before/success``, not ``eval_before/eval/success`` (read back from the
+    event file with TensorBoard's own reader)."""
+    pytest.importorskip("tensorboard", reason="tensorboard is a main dependency; this install lacks it")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    lg = MetricsLogger(tmp_path, tensorboard=True)
+    lg.log({"eval/success": 0.25, "eval/success/pick": 0.5, "time/eval": 3.0}, iteration=0, tag="eval_before")
+    lg.log({"val/success": 0.5}, iteration=0, tag="val")
+    lg.log({"rollout/success": 0.1, "actor/kl": 0.01}, iteration=1, tag="train")
+    lg.log({"eval/success": 0.5}, iteration=1, tag="eval")
+    lg.log({"eval/success": 0.75}, iteration=1, tag="eval_final")
+    lg.log({"lr": 1e-5, "reason": "x"}, iteration=1, tag="guard")
+    lg.close()
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert tags == {
+        "eval_before/success",
+        "eval_before/success/pick",
+        "eval_before/time/eval",
+        "val/success",
+        "rollout/success",
+        "actor/kl",
+        "eval/success",
+        "eval_final/success",
+        "guard/lr",
+    }, tags
+    assert [(e.step, e.value) for e in acc.Scalars("eval_final/success")] == [(1, 0.75)]
+
+
+def test_missing_tensorboard_is_said_once_and_metrics_still_logged(tmp_path, monkeypatch, capsys):
+    import gigpo.train.logging as L
+
+    real = L._installed
+    monkeypatch.setattr(L, "_installed", lambda m: False if m == "tensorboard" else real(m))
+    monkeypatch.setattr(L, "_SAID", set())
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        lg = MetricsLogger(tmp_path / sub, tensorboard=True)
+        lg.log({"x": 1.0}, iteration=1, tag="train")
+        lg.close()
+        assert (tmp_path / sub / "metrics.jsonl").read_text().strip()
+        assert not (tmp_path / sub / "tensorboard").exists()
+    err = capsys.readouterr().err
+    assert err.count("TensorBoard logging is off because it is not installed") == 1, err
+    assert "pip install" in err and "log.tensorboard=false" in err
+
+
+def test_wandb_project_without_wandb_is_a_config_error_naming_the_extra(tmp_path, monkeypatch):
+    import gigpo.train.logging as L
+    from gigpo.train.config import ConfigError, LogConfig
+
+    real = L._installed
+    monkeypatch.setattr(L, "_installed", lambda m: False if m == "wandb" else real(m))
+    with pytest.raises(ConfigError) as e:
+        L.check_loggers(LogConfig(wandb_project="demo"))
+    msg = str(e.value)
+    assert "log.wandb_project='demo'" in msg and "pip install 'gigpo[wandb]'" in msg and "pip install wandb" in msg
+    # the logger refuses before it writes anything into the run dir
+    with pytest.raises(ConfigError, match="gigpo\\[wandb\\]"):
+        MetricsLogger(tmp_path, tensorboard=False, wandb_project="demo")
+    assert list(tmp_path.iterdir()) == []
+    assert L.check_loggers(LogConfig(wandb_project="", tensorboard=False)) == []
+
+
+def test_check_loggers_in_this_install():
+    """wandb is not a dependency: with it absent the real check raises; tensorboard is one: no note."""
+    import importlib.util
+
+    from gigpo.train.config import ConfigError, LogConfig
+    from gigpo.train.logging import check_loggers
+
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(ConfigError, match="needs Weights & Biases, which is not installed"):
+            check_loggers(LogConfig(wandb_project="demo"))
+    if importlib.util.find_spec("tensorboard") is not None:
+        assert check_loggers(LogConfig()) == []

@@ -38,7 +38,9 @@ SUMMARY_KEYS = (
 
 
 def _summary(run) -> list[tuple[str, str]]:
-    out = [(label, str(v)) for label, key in SUMMARY_KEYS if (v := run.cfg(key)) is not None]
+    # The KL coefficient only when the KL term is on (train.use_kl, on when an old config lacks it).
+    skip = {"train.kl_coef"} if run.cfg("train.use_kl", True) is False else set()
+    out = [(label, str(v)) for label, key in SUMMARY_KEYS if key not in skip and (v := run.cfg(key)) is not None]
     done = max([int(r["iteration"]) for r in run.train], default=0)
     out.append(("iterations logged", str(done)))
     for ev in run.events:  # watchdog rollbacks (purple lines in the success plot)
@@ -60,10 +62,10 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
     """
     from gigpo.report import html as H
     from gigpo.report.data import eval_summary, load_run
-    from gigpo.report.plots import curve_panels, group_size_panels, timing_panels
+    from gigpo.report.plots import curve_panels, group_size_panels, report_key, timing_panels
     from gigpo.report.viewer import to_script_json, viewer_data
 
-    run = load_run(run_dir)
+    run = load_run(run_dir, keep=report_key)  # only the plotted metrics: memory stays small
     curves, groups, timing = curve_panels(run), group_size_panels(run), timing_panels(run)
     vdata = viewer_data(run)
     parts = [
@@ -97,13 +99,19 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
     text = H.page(f"gigpo report: {run.name}", [header, *parts])
     path = Path(out) if out is not None else run.run_dir / "report.html"
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees a half-written page
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)  # a reader never sees a half-written page
+    except BaseException:  # Ctrl-C or a full disk mid-write: no half-written .tmp left behind
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
 def main(argv=None) -> int:
-    """``gigpo report RUN_DIR [--out FILE]``: write the report and print its path."""
+    """``gigpo report RUN_DIR [--out FILE]``: write the report and print its path.
+
+    Exit codes: 0 written, 2 not a run directory, 130 Ctrl-C (``gigpo: interrupted``)."""
     p = argparse.ArgumentParser(
         prog="gigpo report",
         description="Write RUN_DIR/report.html: curves, step-group sizes, time per "
@@ -117,5 +125,8 @@ def main(argv=None) -> int:
     except FileNotFoundError as e:
         print(f"gigpo report: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; the old report.html (if any) is untouched
+        print("gigpo: interrupted", file=sys.stderr)
+        return 130
     print(f"report: {path}")
     return 0

@@ -4,7 +4,10 @@ Nothing on the page loads from the network or a server, so ``report.html`` opens
 can be mailed or archived alone. Element ids the browser test relies on: ``#header``,
 ``#curves``, ``#group-sizes``, ``#timing``, ``#viewer``, ``#vw-iter``, ``#vw-task``,
 ``#vw-cols`` (one ``.traj`` column per rollout, one ``.step`` per step; steps in a shared
-anchor-state group of size > 1 carry ``.grouped`` and a background colour).
+anchor-state group of size > 1 carry ``.grouped`` and a background colour). A step's label
+``.gl`` (``t=``, group) is a line above its observation ``.obs``, in which grid rows (a Sokoban
+room) are a ``pre.grid`` block that never wraps (tabs expanded, sideways scroll when too wide)
+and prose lines a wrapping ``.txt`` block; 8 rollout columns fit a 1400 px window.
 """
 
 from __future__ import annotations
@@ -66,17 +69,20 @@ table.cfg{border-collapse:collapse;margin-top:10px;font-size:13px}table.cfg th{t
 .note{font-size:12px;color:#666;margin:2px 4px}
 #vw-controls{display:flex;gap:16px;align-items:center;margin-bottom:8px;flex-wrap:wrap}
 #vw-cols{display:flex;gap:8px;overflow-x:auto;align-items:flex-start;padding-bottom:8px}
-.traj{flex:0 0 260px;border:1px solid #ccc;border-radius:5px;background:#fafafa}
+.traj{flex:1 0 160px;max-width:320px;min-width:0;border:1px solid #ccc;border-radius:5px;background:#fafafa}
 .traj h3{font-size:13px;margin:0;padding:5px 8px;border-bottom:1px solid #ddd;background:#f0f0f0}
 .traj h3 .won{color:#138a36}.traj h3 .lost{color:#b3261e}
-.step{border-bottom:1px solid #e4e4e4;padding:4px 8px;font-size:12px}
+.step{border-bottom:1px solid #e4e4e4;padding:3px 6px;font-size:12px}
 .step.grouped{border-left:5px solid rgba(0,0,0,.35)}
-.step .obs{white-space:pre-wrap;color:#333;max-height:7.5em;overflow:auto}
+.step .obs{color:#333;max-height:20em;overflow:auto}
+#vw-cols .txt{white-space:pre-wrap;overflow-wrap:anywhere}
+#vw-cols pre.grid{font-family:ui-monospace,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:11px;line-height:1.2;white-space:pre;tab-size:4;overflow-x:auto;margin:1px 0}
 .step .st{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;color:#777}
 .step .act{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:600;margin-top:2px;white-space:pre-wrap}
 .step .act.invalid{color:#b3261e;text-decoration:underline wavy}
 .step .nums{font-family:ui-monospace,Menlo,Consolas,monospace;color:#444;margin-top:2px}
-.step .gl{float:right;font-size:11px;color:#333}.final{padding:4px 8px;font-size:12px;color:#555;white-space:pre-wrap}
+.step .gl{display:block;font-size:11px;color:#333;font-family:ui-monospace,Menlo,Consolas,monospace;margin-bottom:1px}
+.final{padding:3px 6px;font-size:12px;color:#555}
 .empty{color:#999;font-style:italic}
 """
 
@@ -92,6 +98,23 @@ JS = r"""
   var cols = document.getElementById('vw-cols'), info = document.getElementById('vw-info');
   function el(tag, cls, text){ var e = document.createElement(tag); if (cls) e.className = cls;
     if (text !== undefined) e.textContent = text; return e; }
+  // Observations: runs of grid rows (a line with a tab, or short symbol rows such as a Sokoban
+  // room) go in a <pre class="grid"> that never wraps (it scrolls sideways when too wide), tabs
+  // expanded to 4-column stops and the common indent removed; prose lines wrap in a <div class="txt">.
+  function expand(line){ var o = ''; for (var i = 0; i < line.length; i++){ var ch = line.charAt(i);
+    if (ch === '\t'){ do { o += ' '; } while (o.length % 4); } else o += ch; } return o.replace(/\s+$/, ''); }
+  function gridRow(line){ return line.indexOf('\t') >= 0 || (/\S/.test(line) && line.length <= 120 &&
+    !/[A-Za-z]{3}/.test(line) && /[^A-Za-z0-9\s]/.test(line)); }
+  function textBlock(cls, text, label){
+    var box = el('div', cls); if (label) box.appendChild(el('div', 'txt', label));
+    var run = [], grid = null;
+    function flush(){ if (!run.length) return;
+      if (grid){ var pad = Math.min.apply(null, run.map(function(l){ return l.match(/^ */)[0].length; }));
+        box.appendChild(el('pre', 'grid', run.map(function(l){ return l.slice(pad); }).join('\n'))); }
+      else box.appendChild(el('div', 'txt', run.join('\n')));
+      run = []; }
+    String(text).split('\n').forEach(function(l){ var g = gridRow(l); if (g !== grid){ flush(); grid = g; } run.push(g ? expand(l) : l); });
+    flush(); return box; }
   function num(v){ return (v === null || v === undefined) ? '-' : (v >= 0 ? '+' : '') + v.toFixed(3); }
   function fillTasks(){
     var it = data.iterations[+selI.value]; selT.innerHTML = '';
@@ -112,22 +135,22 @@ JS = r"""
         var d = el('div', 'step'); d.dataset.group = s.g; d.dataset.groupSize = s.gs;
         if (s.g >= 0 && s.gs > 1){ d.classList.add('grouped'); d.style.background = colour[s.g];
           d.title = 'anchor-state group ' + s.g + ': ' + s.gs + ' steps in this iteration'; }
-        d.appendChild(el('span', 'gl', 't=' + s.t + (s.gs > 1 ? '  group ' + s.g + ' (' + s.gs + ')' : '')));
-        d.appendChild(el('div', 'obs', s.obs));
+        d.appendChild(el('div', 'gl', 't=' + s.t + (s.gs > 1 ? '  group ' + s.g + ' (' + s.gs + ')' : '')));
+        d.appendChild(textBlock('obs', s.obs));
         if (s.st) d.appendChild(el('div', 'st', 'state: ' + s.st));
         var a = el('div', 'act' + (s.valid ? '' : ' invalid'), '> ' + s.act); if (!s.valid) a.title = 'invalid action: ' + s.resp;
         d.appendChild(a);
         d.appendChild(el('div', 'nums', 'r ' + num(s.r) + '  A^E ' + num(s.ae) + '  A^S ' + num(s.as) + '  A ' + num(s.a)));
         c.appendChild(d);
       });
-      if (tr.final_obs) c.appendChild(el('div', 'final', 'end: ' + tr.final_obs));
+      if (tr.final_obs) c.appendChild(textBlock('final', tr.final_obs, 'end:'));
       cols.appendChild(c);
     });
     info.textContent = task.trajs.length + ' rollouts, ' + rows + ' steps; ' + shared +
       ' steps in ' + Object.keys(colour).length + ' shared anchor-state groups (coloured)';
   }
   if (!data.iterations.length){ document.getElementById('vw-controls').style.display = 'none';
-    cols.appendChild(el('p', 'empty', 'No trajectories were written in this run (log.trajectories_every = 0, or the run stopped first).'));
+    cols.appendChild(el('p', 'empty', data.empty || 'No trajectories were written in this run.'));
     return; }
   data.iterations.forEach(function(it, i){ var o = el('option', null, 'iteration ' + it.iteration); o.value = i; selI.appendChild(o); });
   selI.addEventListener('change', function(){ fillTasks(); render(); });

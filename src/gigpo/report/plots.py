@@ -43,6 +43,66 @@ CURVES = (
 
 _HIST = re.compile(r"^step_groups/hist_(\d+)(?:-(\d+)|(\+))?$")
 
+# Long runs: a curve is drawn from at most MAX_POINTS bucket means (shaded from the bucket's min to
+# its max), a bar chart from at most MAX_BARS bars; the first and last iteration stay on the axis.
+MAX_POINTS = 1000
+MAX_BARS = 100
+
+_PLOTTED = frozenset(
+    [k for _, tk, ek, _ in CURVES for k in (tk, ek) if k]
+    + [k for k, _ in PHASES]
+    + ["val/success", "step_groups/share_rows_in_size_gt1"]
+)
+
+
+def report_key(key: str) -> bool:
+    """Whether the report reads metric ``key`` (``load_run(..., keep=report_key)`` holds only these)."""
+    return key in _PLOTTED or key.startswith("step_groups/hist_")
+
+
+@dataclass
+class Thinned:
+    """A series as drawn: ``x``, ``y`` (K,), and when bucketed the bucket's ``lo``/``hi`` (K,)
+    and ``per`` = iterations (points) per bucket; ``per`` 1 and lo = hi = y when not bucketed."""
+
+    x: np.ndarray
+    y: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    per: int = 1
+
+
+def thin(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> Thinned:
+    """``(x, y)`` as at most ``max_points`` bucket means of consecutive points, in O(len(x)).
+
+    A bucket's point sits at the mean x of its points, except that the first and last points sit
+    at ``x[0]`` and ``x[-1]`` (the first and last iteration stay on the axis); ``lo``/``hi`` are
+    the bucket's min and max.
+    """
+    n = len(x)
+    if n <= max_points:
+        return Thinned(x, y, y, y)
+    starts = np.linspace(0, n, max_points, endpoint=False).astype(np.int64)
+    counts = np.diff(np.append(starts, n))
+    bx = np.add.reduceat(x, starts) / counts
+    by = np.add.reduceat(y, starts) / counts
+    bx[0], bx[-1] = x[0], x[-1]
+    return Thinned(bx, by, np.minimum.reduceat(y, starts), np.maximum.reduceat(y, starts), int(counts.max()))
+
+
+def bucket_bars(its: list[int], values: np.ndarray, max_bars: int = MAX_BARS) -> tuple[list[str], np.ndarray, int]:
+    """Rows of ``values`` [I, K] (one per iteration of ``its``) averaged over at most ``max_bars``
+    buckets of consecutive iterations: (tick labels: each bucket's first iteration, means [B, K],
+    iterations per bucket, at most)."""
+    n = len(its)
+    if n <= max_bars:
+        return [str(i) for i in its], values, 1
+    starts = np.linspace(0, n, max_bars, endpoint=False).astype(np.int64)
+    ends = np.append(starts[1:], n)
+    means = np.add.reduceat(values, starts, axis=0) / (ends - starts)[:, None]
+    labels = [str(its[a]) for a in starts]
+    return labels, means, int((ends - starts).max())
+
 
 @dataclass
 class Panel:
@@ -92,33 +152,52 @@ def curve_panels(run: RunData) -> list[Panel]:
             out.append(Panel(_slug(title), title, note=f"not logged in this run ({keys})"))
             continue
         fig, ax = plt.subplots(figsize=(4.2, 2.7))
+        per = 1
         if len(ty):
+            t = thin(tx, ty)
+            per = t.per
+            if t.per > 1:
+                ax.fill_between(t.x, t.lo, t.hi, color="#1f77b4", alpha=0.2, lw=0)
             ax.plot(
-                tx,
-                ty,
+                t.x,
+                t.y,
                 "-",
                 color="#1f77b4",
                 lw=1.5,
-                marker="o" if len(ty) < 30 else None,
+                marker="o" if len(t.y) < 30 else None,
                 ms=3,
                 label="training rollouts",
             )
         if len(ey):
-            ax.plot(ex, ey, "--", color="#d62728", lw=1.5, marker="s", ms=4, label="held-out")
+            e = thin(ex, ey)
+            ax.plot(
+                e.x, e.y, "--", color="#d62728", lw=1.5, marker="s" if len(e.y) < 30 else None, ms=4, label="held-out"
+            )
         if tk == "rollout/success" and run.vals:
             vx, vy = series(run.vals, "val/success")
             if len(vy):
-                ax.plot(vx, vy, ":", color="#2ca02c", lw=1.5, marker="^", ms=4, label="validation")
+                v = thin(vx, vy)
+                ax.plot(
+                    v.x,
+                    v.y,
+                    ":",
+                    color="#2ca02c",
+                    lw=1.5,
+                    marker="^" if len(v.y) < 30 else None,
+                    ms=4,
+                    label="validation",
+                )
         for ev in run.events if tk == "rollout/success" else ():
             ax.axvline(float(ev["iteration"]), color="#9467bd", lw=1, alpha=0.7)
         ax.set_xlabel("iteration")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))  # 5-digit iterations stay apart
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
         if len(ty) and (len(ey) or (tk == "rollout/success" and run.vals)):
             ax.legend(fontsize=7)
-        out.append(Panel(_slug(title), title, png=_png(fig)))
+        note = f"{len(tx):,} iterations: mean of every {per} drawn, shaded from min to max" if per > 1 else None
+        out.append(Panel(_slug(title), title, png=_png(fig), note=note))
     return out
 
 
@@ -141,13 +220,14 @@ def group_size_table(run: RunData) -> tuple[list[int], list[str], np.ndarray, np
     Reads the trainer's ``step_groups/hist_*`` metrics; falls back to counting the ``step_group``
     labels in trajectories/ files (only the iterations that were written) when those are absent.
     """
-    bins: dict[str, int] = {}
+    seen: set[str] = set()
     for r in run.train:
-        for k in r:
-            m = _HIST.match(k)
-            if m:
-                lo, label = _bin_label(m)
-                bins[k] = lo
+        seen.update(r.keys())  # the key set once, then the regex on distinct keys only
+    bins: dict[str, int] = {}
+    for k in seen:
+        m = _HIST.match(k)
+        if m:
+            bins[k] = _bin_label(m)[0]
     if bins:
         keys = sorted(bins, key=bins.get)
         rows = [r for r in run.train if any(as_float(r.get(k)) is not None for k in keys)]
@@ -197,30 +277,33 @@ def group_size_panels(run: RunData) -> list[Panel]:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.0), gridspec_kw={"width_ratios": [3, 2]})
     tot = counts.sum(axis=1, keepdims=True)
     frac = np.divide(counts, tot, out=np.zeros_like(counts), where=tot > 0)  # (I, K) share of groups
-    x = np.arange(len(its))
-    bottom = np.zeros(len(its))
+    ticks, frac, per = bucket_bars(its, frac)  # long runs: mean shares over buckets of iterations
+    x = np.arange(len(ticks))
+    bottom = np.zeros(len(ticks))
     cmap = plt.get_cmap("viridis")
     for k, lab in enumerate(labels):
         ax.bar(x, frac[:, k], bottom=bottom, color=cmap(k / max(1, len(labels) - 1)), label=f"size {lab}", width=0.85)
         bottom += frac[:, k]
-    step = max(1, len(its) // 12)
-    ax.set_xticks(x[::step], [str(i) for i in its][::step], fontsize=7)
+    step = max(1, len(ticks) // (5 if per > 1 else 12))
+    ax.set_xticks(x[::step], ticks[::step], fontsize=7)
     ax.set_xlabel("iteration")
     ax.set_ylabel("share of step groups")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    ax.set_title("group-size histogram per iteration", fontsize=10)
+    ax.set_title("group-size histogram per iteration" + (f" (mean of {per})" if per > 1 else ""), fontsize=10)
     ok = np.isfinite(share)
     if ok.any():
-        ax2.plot(np.asarray(its)[ok], share[ok], "-o", ms=3, color="#2ca02c")
+        t = thin(np.asarray(its, dtype=np.float64)[ok], share[ok])
+        ax2.plot(t.x, t.y, "-o" if len(t.y) < 60 else "-", ms=3, color="#2ca02c")
         ax2.set_ylim(0, 1.02)
-        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
     ax2.set_xlabel("iteration")
     ax2.set_ylabel("share of rows")
     ax2.set_title("rows in step groups of size > 1", fontsize=10)
     ax2.grid(alpha=0.3)
     fig.tight_layout()
-    return [Panel("group-sizes", title, png=_png(fig), note=f"source: {source}")]
+    more = f"; {len(its):,} iterations, each bar the mean of up to {per}" if per > 1 else ""
+    return [Panel("group-sizes", title, png=_png(fig), note=f"source: {source}{more}")]
 
 
 def timing_table(run: RunData) -> tuple[list[int], list[str], np.ndarray]:
@@ -239,18 +322,19 @@ def timing_panels(run: RunData) -> list[Panel]:
         return [Panel("timing", title, note="no time/* metrics logged in this run")]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 3.0))
-    x = np.arange(len(its))
-    bottom = np.zeros(len(its))
+    ticks, bars, per = bucket_bars(its, secs)  # long runs: mean seconds over buckets of iterations
+    x = np.arange(len(ticks))
+    bottom = np.zeros(len(ticks))
     colors = plt.get_cmap("tab10")
     for p, lab in enumerate(labels):
-        ax.bar(x, secs[:, p], bottom=bottom, label=lab, color=colors(p), width=0.85)
-        bottom += secs[:, p]
-    step = max(1, len(its) // 12)
-    ax.set_xticks(x[::step], [str(i) for i in its][::step], fontsize=7)
+        ax.bar(x, bars[:, p], bottom=bottom, label=lab, color=colors(p), width=0.85)
+        bottom += bars[:, p]
+    step = max(1, len(ticks) // (5 if per > 1 else 12))
+    ax.set_xticks(x[::step], ticks[::step], fontsize=7)
     ax.set_xlabel("iteration")
-    ax.set_ylabel("seconds")
+    ax.set_ylabel("seconds" if per == 1 else "seconds per iteration")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    ax.set_title("time per phase per iteration", fontsize=10)
+    ax.set_title("time per phase per iteration" + (f" (mean of {per})" if per > 1 else ""), fontsize=10)
     total = secs.sum()
     shares = (
         ", ".join(f"{lab} {100 * secs[:, p].sum() / total:.1f}%" for p, lab in enumerate(labels))

@@ -114,8 +114,35 @@ def _iteration_digest(rows: list[dict], cap: int, notes: list[str], it: int) -> 
     return {"iteration": it, "tasks": tasks}
 
 
+def no_trajectories_message(run: RunData) -> str:
+    """Why the viewer has nothing to show, naming the cause the run directory points to."""
+    head = "No trajectories were written in this run"
+    if run.trajectories:
+        return "No trajectories to show: the trajectories/ files of this run hold no readable steps."
+    k = run.cfg("log.trajectories_every")
+    done = max((int(r["iteration"]) for r in run.train), default=0)
+    if not isinstance(k, int) or isinstance(k, bool):
+        return f"{head} (no trajectories/ files; without config.yaml the log.trajectories_every setting is unknown)."
+    if k <= 0:
+        return f"{head}: log.trajectories_every is {k} (never). Set log.trajectories_every=1 to write them."
+    if done == 0:
+        return f"{head}: it logged no training iteration (trajectories are written after an iteration's update)."
+    if done < k:
+        span = "iteration 1" if done == 1 else f"iterations 1-{done}"
+        return (
+            f"{head}: trajectories are written at iterations that are a multiple of log.trajectories_every = {k}, "
+            f"and none of the logged {span} was. Set log.trajectories_every=1 (or at most train.iterations) "
+            "to see them."
+        )
+    return (
+        f"{head}, although iteration {k} was logged and log.trajectories_every = {k}: the trajectories/ "
+        "directory is missing or empty (deleted or not copied with the run?)."
+    )
+
+
 def viewer_data(run: RunData) -> dict:
-    """The capped digest (module docstring) of ``run``'s trajectory files; empty when none."""
+    """The capped digest (module docstring) of ``run``'s trajectory files; with no step to show,
+    ``{"iterations": [], "notes": [...], "empty": <why, from no_trajectories_message>}``."""
     notes: list[str] = []
     available = list(run.trajectories)
     chosen = pick_iterations(available)
@@ -130,6 +157,8 @@ def viewer_data(run: RunData) -> dict:
             "iterations": [d for d in its if d["tasks"]],
             "notes": n + [f"texts longer than {cap} characters are cut"],
         }
+        if not data["iterations"]:
+            return {"iterations": [], "notes": notes, "empty": no_trajectories_message(run)}
         if len(json.dumps(data)) <= MAX_BYTES:
             return data
     # Still too big with the shortest texts: drop iterations from the middle until it fits.

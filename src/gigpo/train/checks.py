@@ -22,8 +22,12 @@ def check_run(cfg: Config, *, world_size: int = 1, train: bool = True) -> None:
     ``gigpo eval`` (the api backend loads no model, so no device is checked).
     """
     if train:
+        from gigpo.train.logging import check_loggers, say_once
+
         cfg.check_trainable()
         warn_precision(cfg)
+        for note in check_loggers(cfg.log):  # W&B asked for but missing raises here
+            say_once("tensorboard", note)
     check_launch(cfg, world_size)
     check_model_path(cfg.model.name_or_path)
     if train or cfg.rollout.backend != "api":

@@ -296,6 +296,6 @@ class LogConfig(Section):
         5, "write sampled episodes with advantages every k iterations (0 = never)", ge=0, le=LONG
     )
     eval_before: bool = F(True, "evaluate before the first iteration")
-    tensorboard: bool = F(True, "also log to TensorBoard when it is installed")
+    tensorboard: bool = F(True, "also log to TensorBoard (run_dir/tensorboard; a main dependency)")
     wandb_project: str = F("", "Weights & Biases project ('' = off)")
     progress: bool = F(True, "show progress bars")

@@ -1,14 +1,83 @@
 """Metric sinks (metrics.jsonl always, TensorBoard when installed, W&B when configured) and the
 one-line console summaries. Metric names are defined in docs/metrics.md.
+
+TensorBoard is a main dependency (``pip install gigpo`` brings it); W&B is the ``wandb`` extra.
+``check_loggers`` says before a run starts whether the configured sinks can work.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import sys
 import warnings
 from pathlib import Path
+
+# Said once per process: "TensorBoard is not installed" (the pre-run check and the logger both ask).
+_SAID: set[str] = set()
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or half-removed package
+        return False
+
+
+def say_once(key: str, msg: str) -> None:
+    if key not in _SAID:
+        _SAID.add(key)
+        print(f"gigpo: {msg}", file=sys.stderr, flush=True)
+
+
+def _no_tensorboard(why: str = "it is not installed") -> str:
+    return (
+        f"log.tensorboard: TensorBoard logging is off because {why}; metrics go to metrics.jsonl only "
+        "(pip install 'tensorboard>=2.14,<3', or set log.tensorboard=false to silence this)"
+    )
+
+
+def check_loggers(log_cfg) -> list[str]:
+    """Check that the metric sinks ``log_cfg`` (a ``LogConfig``) asks for can work, before a run.
+
+    Raises ``gigpo.train.config.ConfigError`` when ``log.wandb_project`` is set but ``wandb`` is
+    not installed (a run asked for W&B must not go on without it). Returns notes on sinks that
+    are silently reduced instead (``log.tensorboard`` on without TensorBoard installed: the run
+    still logs metrics.jsonl); the caller prints them. Imports nothing heavy (``find_spec`` only).
+    """
+    from gigpo.train.config import ConfigError
+
+    project = getattr(log_cfg, "wandb_project", "") or ""
+    if project and not _installed("wandb"):
+        raise ConfigError(
+            f"log.wandb_project={project!r} needs Weights & Biases, which is not installed: "
+            "pip install 'gigpo[wandb]' (or pip install wandb), or set log.wandb_project='' to log without it"
+        )
+    notes = []
+    if getattr(log_cfg, "tensorboard", False) and not _installed("tensorboard"):
+        notes.append(_no_tensorboard())
+    return notes
+
+
+def tb_tag(tag: str, key: str) -> str:
+    """The TensorBoard / W&B name of metric ``key`` on a line tagged ``tag``.
+
+    Train lines keep their names (``rollout/success``). Other lines are grouped under their tag
+    without repeating it: ``eval/success`` on an ``eval_before`` line is ``eval_before/success``,
+    on an ``eval`` line ``eval/success``; ``val/success`` on a ``val`` line stays
+    ``val/success``; a key of another family gets the tag in front (``guard/lr``,
+    ``eval_before/time/eval``).
+    """
+    if tag == "train":
+        return key
+    head, sep, rest = key.partition("/")
+    if head == tag:
+        return key
+    if sep and tag.startswith(head + "_"):  # eval_before / eval_final / eval_last with eval/* keys
+        return f"{tag}/{rest}"
+    return f"{tag}/{key}"
 
 
 def _lines_up_to(path: Path, last_iteration: int) -> tuple[list[str], int]:
@@ -47,6 +116,11 @@ class MetricsLogger:
         wandb_project: str = "",
         config=None,
     ) -> None:
+        from types import SimpleNamespace
+
+        # Before anything is written: a run configured for W&B without wandb is a ConfigError.
+        for note in check_loggers(SimpleNamespace(tensorboard=tensorboard, wandb_project=wandb_project)):
+            say_once("tensorboard", note)
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_after is not None and self.path.exists():
             keep, torn = _lines_up_to(self.path, resume_after)
@@ -63,12 +137,13 @@ class MetricsLogger:
             self.path.unlink()  # a fresh run in an old dir starts a fresh log
         self._f = open(self.path, "a", encoding="utf-8")
         self._tb = None
-        if tensorboard:
+        if tensorboard and _installed("tensorboard"):
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
-            except Exception:  # tensorboard not installed: jsonl only
+            except Exception as e:  # installed but broken (e.g. a protobuf it cannot load): jsonl only
+                say_once("tensorboard", _no_tensorboard(f"it failed to load ({type(e).__name__}: {e})"))
                 self._tb = None
         self._wandb = None
         if wandb_project:
@@ -91,10 +166,10 @@ class MetricsLogger:
         scalars = {k: v for k, v in line.items() if isinstance(v, (int, float)) and k != "iteration"}
         if self._tb is not None:
             for k, v in scalars.items():
-                self._tb.add_scalar(k if tag == "train" else f"{tag}/{k}", v, iteration)
+                self._tb.add_scalar(tb_tag(tag, k), v, iteration)
             self._tb.flush()
         if self._wandb is not None:
-            self._wandb.log({(k if tag == "train" else f"{tag}/{k}"): v for k, v in scalars.items()}, step=iteration)
+            self._wandb.log({tb_tag(tag, k): v for k, v in scalars.items()}, step=iteration)
 
     def close(self) -> None:
         self._f.close()
