@@ -163,7 +163,7 @@ def sft_key(cfg) -> str:
     }
     if cfg.model.name_or_path == "tiny":  # the alias names no weights: key on the build itself
         from gigpo.policy.tiny import TinyConfig, tiny_hash
-        from gigpo.train.config import load_kwargs
+        from gigpo.train.build import load_kwargs
 
         # the build load_policy(**load_kwargs(cfg)) loads (a plug-in family's run may add its text)
         parts["tiny"] = tiny_hash(load_kwargs(cfg).get("tiny") or TinyConfig())
