@@ -111,7 +111,7 @@ def test_every_held_out_evaluation_samples_with_the_same_seeds(tmp_path):
     )
     tr = Trainer(cfg)
     seeds = []
-    tr.evaluator.run = lambda pool, seed: (seeds.append(seed), ({"success": 0.5}, 0.0))[1]
+    tr.evaluator.run = lambda pool, seed, progress=None: (seeds.append(seed), ({"success": 0.5}, 0.0))[1]
     try:
         tr.evaluate()
         tr.iteration = 7

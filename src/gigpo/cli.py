@@ -96,6 +96,11 @@ def _threads(cfg) -> None:
 
     os.environ.setdefault("OMP_NUM_THREADS", str(cfg.train.torch_threads))
     torch.set_num_threads(cfg.train.torch_threads)
+    if not (cfg.log.progress and sys.stderr.isatty()):
+        # transformers' "Loading weights" bars would fill a redirected stderr (a log file)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def cmd_train(argv) -> int:

@@ -37,6 +37,19 @@ SUMMARY_KEYS = (
 )
 
 
+def _signal_notes(run) -> list[str]:
+    """A warning when iterations trained on no signal (``train/no_signal``: every advantage 0)."""
+    flat = [r["iteration"] for r in run.train if r.get("train/no_signal")]
+    if not flat:
+        return []
+    which = ", ".join(map(str, flat[:10])) + (", ..." if len(flat) > 10 else "")
+    return [
+        f"{len(flat)} of {len(run.train)} iterations trained on no signal (every advantage 0: all rollouts of "
+        f"each task scored alike, so the policy did not change): iteration {which}. "
+        "See docs/training.md, 'No signal'."
+    ]
+
+
 def _summary(run) -> list[tuple[str, str]]:
     # The KL coefficient only when the KL term is on (train.use_kl, on when an old config lacks it).
     skip = {"train.kl_coef"} if run.cfg("train.use_kl", True) is False else set()
@@ -95,7 +108,7 @@ def write_report(run_dir, out: str | os.PathLike | None = None) -> Path:
         H.viewer_html(to_script_json(vdata), vdata["notes"]),
     ]
     # Header last so problems found while reading trajectories are listed too.
-    header = H.header_html(run.name, _summary(run), eval_summary(run), run.problems)
+    header = H.header_html(run.name, _summary(run), eval_summary(run), run.problems + _signal_notes(run))
     text = H.page(f"gigpo report: {run.name}", [header, *parts])
     path = Path(out) if out is not None else run.run_dir / "report.html"
     tmp = path.with_name(path.name + ".tmp")

@@ -51,7 +51,7 @@ MAX_BARS = 100
 _PLOTTED = frozenset(
     [k for _, tk, ek, _ in CURVES for k in (tk, ek) if k]
     + [k for k, _ in PHASES]
-    + ["val/success", "step_groups/share_rows_in_size_gt1"]
+    + ["val/success", "step_groups/share_rows_in_size_gt1", "train/no_signal"]
 )
 
 

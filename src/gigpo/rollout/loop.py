@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -64,7 +64,7 @@ def rollout(
     params: SamplingParams,
     *,
     max_steps: int | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
     record_text: bool = True,
     preambles: Sequence[Sequence[str]] | None = None,
 ) -> StepBatch:
@@ -79,7 +79,8 @@ def rollout(
         params: sampling parameters; with a ``seed``, step t samples with ``seed + t``.
         max_steps: stop after this many steps (default: until every env is done; the envs'
             own ``max_steps`` truncates them). Trajectories cut here are marked truncated.
-        progress: print one line per step to stderr.
+        progress: print one line per step to stderr; or a callable ``progress(done, total)``
+            told after each step how many of the ``total`` episodes have ended.
         record_text: keep ``response_text`` and ``observation`` (otherwise empty strings).
         preambles: per task, prompt parts shown before the task (``Agent.build_prompt``; the
             prompting agents' examples and reflections, ``gigpo.rollout.prompting``).
@@ -192,7 +193,9 @@ def rollout(
             memory.add(s, obs, pa.action)
             cur[s] = (tr.observation, tr.info)
         t += 1
-        if progress:
+        if callable(progress):
+            progress(n_slots - len(envs.active()), n_slots)
+        elif progress:
             print(
                 f"[rollout] step {t}: {len(active)} envs stepped, {len(envs.active())} still running", file=sys.stderr
             )
@@ -252,7 +255,7 @@ def eval_rollout(
     temperature: float = 0.4,
     max_new_tokens: int = 256,
     max_steps: int | None = None,
-    progress: bool = False,
+    progress: bool | Callable[[int, int], None] = False,
 ) -> tuple[StepBatch, dict]:
     """One rollout per task (``envs`` built with ``group_size=1``), sampled at temperature 0.4
     (the paper's validation setting, docs/algorithm.md#rollout) unless ``params`` is given.

@@ -23,21 +23,21 @@ class Evaluator:
     def __init__(self, cfg, envs, agent, tokenizer, sampler: Callable) -> None:
         self.cfg, self.envs, self.agent, self.tokenizer, self.sampler = cfg, envs, agent, tokenizer, sampler
 
-    def run(self, pool, seed: int) -> tuple[dict, float]:
-        """(rollout metrics, seconds)."""
+    def run(self, pool, seed: int, progress=None) -> tuple[dict, float]:
+        """(rollout metrics, seconds); ``progress(done, total)`` is told as episodes end."""
         from gigpo.rollout import eval_rollout
 
         t0 = time.perf_counter()
         params = sampling_params(self.cfg, self.cfg.rollout.eval_temperature, seed)
-        _, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params)
+        _, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params, progress=progress)
         return m, time.perf_counter() - t0
 
-    def validation(self, pool) -> dict:
+    def validation(self, pool, progress=None) -> dict:
         """``val/*`` metrics on the validation tasks (best-model selection)."""
-        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.VALIDATION))
+        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.VALIDATION), progress)
         return {f"val/{k}": v for k, v in m.items() if k in VAL_KEYS} | {"time/val": secs}
 
-    def heldout(self, pool) -> dict:
+    def heldout(self, pool, progress=None) -> dict:
         """``eval/*`` metrics on the held-out tasks."""
-        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.EVAL))
+        m, secs = self.run(pool, seeds.iteration_seed(self.cfg.seed, 0, seeds.EVAL), progress)
         return {f"eval/{k}": v for k, v in m.items()} | {"time/eval": secs}

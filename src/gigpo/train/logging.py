@@ -200,8 +200,8 @@ def _opt(v, digits: int) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def iteration_summary(it: int, total: int, m: dict) -> str:
-    """One console line per iteration."""
+def iteration_summary(it: int, total: int, m: dict, eta: str = "") -> str:
+    """One console line per iteration (its legend: ``gigpo.train.progress.LEGEND``)."""
     g = m.get
     return (
         f"iter {it}/{total}  success {g('rollout/success', 0):.3f}  score {g('rollout/score', 0):.3f}  "
@@ -209,6 +209,7 @@ def iteration_summary(it: int, total: int, m: dict) -> str:
         f"kl {_opt(g('actor/kl'), 4)}  ent {_opt(g('actor/entropy'), 3)}  clip {g('actor/clipfrac', 0):.3f}  "
         f"gnorm {g('actor/grad_norm', 0):.3f}  rows {g('rollout/num_steps', 0)}  "
         f"{g('time/iteration', 0):.1f}s (rollout {g('time/rollout', 0):.1f}s, update {g('time/update', 0):.1f}s)"
+        + (f"  {eta}" if eta else "")
     )
 
 

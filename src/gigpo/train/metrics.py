@@ -137,7 +137,9 @@ def credit_metrics(batch, credit, anchor: str) -> dict:
     """Returns, scores, advantages (all, episode-level, step-level), step groups and anchors of
     the trained batch (``credit``: a ``gigpo.train.credit.Credit``)."""
     res = credit.result
-    m = stats("return", credit.step_returns) | stats("score", credit.scores) | stats("advantage", res.advantages)
+    # no row with a non-zero advantage: the update cannot change the policy (every group tied)
+    m = {"train/no_signal": int(not np.any(np.abs(np.asarray(res.advantages, dtype=np.float64)) > 1e-8))}
+    m |= stats("return", credit.step_returns) | stats("score", credit.scores) | stats("advantage", res.advantages)
     m |= stats("advantage_episode", res.episode_advantages) | stats("advantage_step", res.step_advantages)
     return m | step_group_metrics(res.step_groups) | anchor_metrics(batch, credit.anchors, anchor)
 

@@ -40,14 +40,14 @@ def choose_delivered(watchdog, guard, last_it: int, n_val: int, stop_reason: str
     return Delivery(best_it, "best by validation")
 
 
-def logged_success_before(run_dir: Path):
-    """The start's held-out success from ``metrics.jsonl`` (a resumed run evaluated it earlier)."""
+def logged_line(run_dir: Path, tag: str) -> dict | None:
+    """The first ``metrics.jsonl`` line tagged ``tag`` (a resumed run's start was evaluated earlier)."""
     path = Path(run_dir) / "metrics.jsonl"
     for line in path.read_text().splitlines() if path.exists() else ():
         if line.strip():
             x = json.loads(line)
-            if x.get("tag") == "eval_before":
-                return x.get("eval/success")
+            if x.get("tag") == tag:
+                return x
     return None
 
 
@@ -57,7 +57,7 @@ def write_summary(run_dir: Path, trainer, result: dict, models: dict, selection:
     g = lambda k: (result.get(k) or {}).get("eval/success")  # noqa: E731
     before = g("before")
     if before is None:
-        before = logged_success_before(run_dir)
+        before = (logged_line(run_dir, "eval_before") or {}).get("eval/success")
     wd, val = trainer.watchdog, trainer.cfg.guard.val_every
     out = {
         "start_model": str(trainer.model_path),

@@ -55,7 +55,8 @@ from gigpo.train.metrics import (
     rss_gb,
     token_metrics,
 )
-from gigpo.train.selection import choose_delivered, write_run_end
+from gigpo.train.progress import LEGEND, RunProgress
+from gigpo.train.selection import choose_delivered, logged_line, write_run_end
 
 
 class Trainer:
@@ -84,6 +85,7 @@ class Trainer:
         seeds.seed_all(cfg.seed)
         # A new run never appends to or overwrites an old one: the old one is kept, renamed.
         self._lock = open_run_dir(self.run_dir, resume=resume) if self.dist.is_main else None
+        self._say(f"run directory: {self.run_dir}")
         try:
             self.dist.barrier()
             self._setup(resume, force)
@@ -97,8 +99,8 @@ class Trainer:
         cfg, main = self.cfg, self.dist.is_main
         if resume and main:
             resume_changes(self.run_dir, cfg, force=force)
-        if main:  # the original config.yaml stays as the run was started
-            save_config(cfg, self.run_dir / ("config.resumed.yaml" if resume else "config.yaml"))
+        if main and not resume:  # config.yaml stays as the run was started
+            save_config(cfg, self.run_dir / "config.yaml")
         self.phase_times: dict[str, float] = {}  # wall seconds per phase of the run (phases.json)
         self.model_path = build.start_model(cfg, self._main_first, self.phase_times, build_it=not resume, main=main)
         self.start_hash = model_hash(self.model_path) if Path(self.model_path).is_dir() else ""
@@ -126,6 +128,9 @@ class Trainer:
         self.evaluator = Evaluator(cfg, self.eval_envs, self.agent, self.tokenizer, self._sampler)
         self.logger = build.build_logger(cfg, self.run_dir, resume_after=self.iteration if resume else None, main=main)
         self.hooks = hooks_from_env()  # planted faults for the reliability tests; none in a normal run
+        self.progress: RunProgress | None = None  # the display while run() runs
+        if resume and main:  # written once the resumed run is set up: a failed resume changes nothing
+            save_config(cfg, self.run_dir / "config.resumed.yaml")
 
     def _restore(self) -> None:
         """Continue from the newest usable checkpoint (falling back past a corrupt newest one)."""
@@ -138,6 +143,7 @@ class Trainer:
         check_world(state.get("world"), self.dist, path)
         self.models.resume(state, cfg)
         self.iteration = state["iteration"]
+        self._say(f"resumed from iteration {self.iteration} ({path.name})")
         if "guard" in state:
             self.watchdog.load_state_dict(state["guard"]["watchdog"])
             self.stop_reason = state["guard"]["stop_reason"]
@@ -289,13 +295,19 @@ class Trainer:
         self.sync_generator()
         return self.generator
 
+    def _episodes(self, label: str, pool):
+        return self.progress.episodes(label, len(pool)) if self.progress is not None else None
+
     def validate(self) -> dict:
         """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
-        return self._on_main(lambda: self.evaluator.validation(self.val_pool))
+        return self._on_main(
+            lambda: self.evaluator.validation(self.val_pool, self._episodes("validation", self.val_pool))
+        )
 
     def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
-        out = self._on_main(lambda: self.evaluator.heldout(self.eval_pool)) | extra
+        progress = self._episodes("held-out eval", self.eval_pool)
+        out = self._on_main(lambda: self.evaluator.heldout(self.eval_pool, progress)) | extra
         self.logger.log(out, iteration=self.iteration, tag=tag)
         return out
 
@@ -311,18 +323,31 @@ class Trainer:
         evaluated as ``eval_final`` is chosen by ``gigpo.train.selection``; the other candidate
         (the last) is saved as ``model_last/`` and evaluated as ``eval_last``.
         """
-        cfg, result, pt = self.cfg, {}, self.phase_times
+        cfg, pt = self.cfg, self.phase_times
         if self.iteration >= cfg.train.iterations and (self.run_dir / "summary.json").exists():
             self._say(
                 f"the run in {self.run_dir} already finished at iteration {self.iteration}; to train on, "
                 f"resume with a larger train.iterations"
             )
             return json.loads((self.run_dir / "summary.json").read_text())
-        if cfg.log.eval_before and self.iteration == 0:
+        show = cfg.log.progress and self.dist.is_main
+        self.progress = progress = RunProgress(cfg.train.iterations, self.iteration, enabled=show)
+        try:
+            return self._run(progress, pt)
+        finally:
+            progress.close()
+
+    def _run(self, progress: RunProgress, pt: dict) -> dict:
+        result: dict = {}
+        cfg, started = self.cfg, best_checkpoint(self.run_dir) is not None  # checkpoint 0 follows eval_before
+        if started and cfg.log.eval_before:  # a resumed run evaluated its start in an earlier process
+            result["before"] = logged_line(self.run_dir, "eval_before")
+        elif cfg.log.eval_before and self.iteration == 0:
+            self._say(f"held-out eval before training: {len(self.eval_pool)} tasks ...")
             result["before"] = self.evaluate("eval_before")
             pt["eval_before"] = result["before"]["time/eval"]
             self._say(_eval_line("before training", result["before"]))
-        if self.iteration == 0 and best_checkpoint(self.run_dir) is None:
+        if self.iteration == 0 and not started:
             # The starting model is the first candidate for best and the first rollback target.
             if cfg.guard.val_every:
                 vm = self.validate()
@@ -332,9 +357,16 @@ class Trainer:
                 self._say(f"validation before training: success {vm['val/success']:.3f} over {n} tasks")
             self.save(0, best=True)
         t0 = time.perf_counter()
+        self._say(LEGEND)
         while self.iteration < cfg.train.iterations and not self.stop_reason:
             m = self.train_iteration()
-            self._say(iteration_summary(self.iteration, cfg.train.iterations, m))
+            self._say(iteration_summary(self.iteration, cfg.train.iterations, m, eta=progress.iteration_done()))
+            if m.get("train/no_signal"):
+                self._say(
+                    f"warning: iteration {self.iteration} trained on no signal: every advantage is 0 (all rollouts "
+                    "of each task scored alike), so the update left the policy unchanged; if this repeats, the "
+                    "model cannot solve or fail these tasks differently (docs/training.md#no-signal)"
+                )
             every = cfg.log.eval_every
             if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
                 self.evaluate()

@@ -1,0 +1,88 @@
+"""What a run shows while it works: a progress display of the whole run with an ETA, and of the
+evaluation in progress; the legend of the iteration line.
+
+The display is rich's (``log.progress``); the iteration lines are printed above it and carry the
+ETA too, so a log redirected to a file has it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+LEGEND = (
+    "iteration line: success / score = training rollouts' success rate and mean episode score, "
+    "len = steps per episode, invalid = share of invalid actions, kl = KL to the reference "
+    "(train.use_kl), ent = policy entropy, clip = share of clipped tokens, gnorm = gradient norm, "
+    "rows = agent steps rolled out; then wall seconds (docs/metrics.md)"
+)
+
+
+def eta_text(seconds: float) -> str:
+    """``1h05m``, ``12m30s``, ``40s``."""
+    s = max(int(round(seconds)), 0)
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class RunProgress:
+    """Iterations done of ``total`` with elapsed time and an ETA (the mean iteration time of this
+    process times the iterations left), and a bar for an evaluation while one runs.
+
+    ``enabled=False`` keeps the ETA arithmetic and shows nothing; the display also stays off unless
+    stdout and stderr are both terminals (a redirected log gets the iteration lines, not bars).
+    """
+
+    def __init__(self, total: int, done: int, *, enabled: bool) -> None:
+        self.total, self.done, self.start_done = total, done, done
+        self.t0 = time.perf_counter()
+        self._p = self._run = None
+        if enabled and sys.stdout.isatty() and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._p = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._p.start()
+            self._run = self._p.add_task("training", total=total, completed=done, eta="")
+
+    def eta(self) -> float | None:
+        """Seconds left at the mean iteration time so far; None before the first iteration."""
+        n = self.done - self.start_done
+        if n <= 0:
+            return None
+        return (time.perf_counter() - self.t0) / n * (self.total - self.done)
+
+    def iteration_done(self) -> str:
+        """Advance by one iteration; returns the ETA text for the iteration line."""
+        self.done += 1
+        left = self.eta()
+        text = f"eta {eta_text(left)}" if left is not None and self.done < self.total else ""
+        if self._p is not None:
+            self._p.update(self._run, completed=self.done, eta=text)
+        return text
+
+    def episodes(self, label: str, total: int) -> Callable[[int, int], None] | None:
+        """A ``progress(done, total)`` callback for ``gigpo.rollout.rollout`` showing ``label``."""
+        if self._p is None:
+            return None
+        task = self._p.add_task(label, total=total, eta="")
+
+        def update(done: int, n: int) -> None:
+            self._p.update(task, completed=done, total=n, visible=done < n)
+
+        return update
+
+    def close(self) -> None:
+        if self._p is not None:
+            self._p.stop()
+            self._p = None

@@ -1,0 +1,85 @@
+"""What a run shows while it works: the run directory at start, the iteration line's legend and
+ETA, "resumed from iteration N" and the before/after table on a resume, and the no-signal
+warning in metrics and report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+
+from gigpo.train.progress import RunProgress, eta_text
+
+from small_runs import train_cmd
+
+
+def test_eta_is_the_mean_iteration_time_times_the_iterations_left(monkeypatch):
+    import gigpo.train.progress as P
+
+    now = [100.0]
+    monkeypatch.setattr(P.time, "perf_counter", lambda: now[0])
+    p = RunProgress(total=10, done=2, enabled=False)  # resumed after 2 of 10
+    assert p.eta() is None  # nothing measured in this process yet
+    now[0] += 30.0
+    assert p.iteration_done() == "eta 3m30s"  # 30 s an iteration, 7 left: 210 s
+    now[0] += 90.0
+    assert p.iteration_done() == "eta 6m00s" and p.eta() == 60.0 * 6  # 60 s each, 6 left
+    assert [eta_text(s) for s in (0, 59, 61, 3600 + 5 * 60)] == ["0s", "59s", "1m01s", "1h05m"]
+    p.done = 9
+    assert p.iteration_done() == ""  # the last iteration has no ETA
+
+
+def test_no_signal_is_one_exactly_when_every_advantage_is_zero():
+    from types import SimpleNamespace
+
+    from gigpo.train.metrics import credit_metrics
+
+    batch = SimpleNamespace(num_rows=0)  # anchor metrics are skipped for an empty batch
+
+    def m(adv):
+        res = SimpleNamespace(
+            advantages=np.asarray(adv, np.float32),
+            episode_advantages=np.zeros(len(adv)),
+            step_advantages=np.zeros(len(adv)),
+            step_groups=np.full(len(adv), -1),
+        )
+        credit = SimpleNamespace(result=res, step_returns=np.zeros(len(adv)), scores=np.zeros(len(adv)), anchors=[])
+        return credit_metrics(batch, credit, "observation")["train/no_signal"]
+
+    assert m([0.0, 0.0, 0.0]) == 1 and m([]) == 1
+    assert m([0.0, 0.5, 0.0]) == 0 and m([-1e-3]) == 0
+
+
+def test_a_run_names_its_dir_explains_its_line_and_resumes_with_the_before_after_table(tmp_path):
+    env = dict(os.environ, GIGPO_DEBUG_SIGKILL_AT="2:after_rollout")
+    extra = ["train.iterations=3", "log.eval_before=true", "guard.val_every=2", "guard.val_tasks=1"]
+    killed = subprocess.run(train_cmd(tmp_path, "r", extra), capture_output=True, text=True, env=env, timeout=600)
+    assert killed.returncode != 0
+    out = killed.stdout
+    assert out.splitlines()[0] == f"run directory: {tmp_path / 'r'}"  # named before any work
+    assert "iteration line: success / score" in out  # the legend, before the first line
+    first = next(x for x in out.splitlines() if x.startswith("iter 1/3"))
+    assert " eta " in first  # an ETA while iterations remain
+    cmd = train_cmd(tmp_path, "r", extra)
+    r = subprocess.run([*cmd[:4], "--resume", str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from iteration 1" in r.stdout
+    assert "before vs after training" in r.stdout  # the start was evaluated in the killed process
+    lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(x["tag"] == "eval_before" for x in lines) == 1  # not evaluated again on resume
+    assert all("train/no_signal" in x for x in lines if x["tag"] == "train")
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["success_before"] == next(x["eval/success"] for x in lines if x["tag"] == "eval_before")
+
+
+def test_the_report_counts_iterations_without_signal(tmp_path):
+    from gigpo.report import write_report
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"iteration": i, "tag": "train", "rollout/success": 0.0, "train/no_signal": int(i != 2)} for i in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = write_report(run).read_text()
+    assert "2 of 3 iterations trained on no signal" in html and "iteration 1, 3" in html
