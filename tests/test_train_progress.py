@@ -83,3 +83,18 @@ def test_the_report_counts_iterations_without_signal(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     html = write_report(run).read_text()
     assert "2 of 3 iterations trained on no signal" in html and "iteration 1, 3" in html
+
+
+def test_dry_run_checks_prints_the_plan_and_writes_nothing(tmp_path, capsys):
+    from gigpo.cli import main
+
+    from small_runs import SEARCH_TINY, SMALL
+
+    args = ["train", "--config", str(SEARCH_TINY), *SMALL, f"output_dir={tmp_path / 'out'}", "name=d", "--dry-run"]
+    assert main([*args, "train.iterations=3"]) == 0
+    out = capsys.readouterr().out
+    assert f"run directory: {tmp_path / 'out' / 'd'}" in out
+    assert "work: 3 iterations = 12 training episodes" in out  # 3 x 2 tasks x 2 rollouts
+    assert not (tmp_path / "out").exists()
+    assert main([*args, "env.kwargs.no_such_option=1"]) == 2  # what a run refuses, the dry run refuses
+    assert "env.kwargs" in capsys.readouterr().err and not (tmp_path / "out").exists()

@@ -68,8 +68,9 @@ def _parser(cmd: str, desc: str) -> argparse.ArgumentParser:
 
 
 def _parse(p: argparse.ArgumentParser, argv):
-    """The parsed arguments, or None when ``--help-section`` was answered."""
-    args = p.parse_args(argv)
+    """The parsed arguments, or None when ``--help-section`` was answered. Options may come
+    before, between or after the ``key=value`` overrides."""
+    args = p.parse_intermixed_args(argv)
     if args.help_section is None:
         return args
     from gigpo.train.config import help_text
@@ -103,6 +104,34 @@ def _threads(cfg) -> None:
         hf_logging.disable_progress_bar()
 
 
+def _dry_run(cfg, *, resume: bool) -> int:
+    """``gigpo train --dry-run``: the run's checks, then the plan; nothing is written."""
+    from gigpo.train.checks import check_run
+
+    check_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    e, t, g, a = cfg.env, cfg.train, cfg.guard, cfg.algorithm
+    options = ", ".join(f"{k}={v}" for k, v in a.estimator_options().items()) or "defaults"
+    episodes = t.iterations * e.tasks_per_iter * e.group_size
+    n_val = (t.iterations // g.val_every + 1) * g.val_tasks if g.val_every else 0
+    evals = e.eval_tasks * (1 + int(cfg.log.eval_before)) if e.eval_tasks else "every eval-split task, twice"
+    sft = f", warm-started by SFT on {cfg.sft.episodes} expert episodes" if cfg.sft.enabled else ""
+    lines = [
+        f"run directory: {cfg.run_dir}" + (" (resumed)" if resume else " (a new run; an existing one is set aside)"),
+        f"model: {cfg.model.name_or_path} on {cfg.model.device}{sft}",
+        f"env: {e.family}, {e.tasks_per_iter} tasks x {e.group_size} rollouts an iteration, "
+        f"at most {e.max_steps} steps",
+        f"algorithm: {a.estimator} ({options}), anchor {a.anchor}",
+        f"rollouts: {cfg.rollout.backend} backend; update: lr {t.lr}, autocast {t.autocast}",
+        f"work: {t.iterations} iterations = {episodes} training episodes"
+        + (" (more with dynamic sampling's extra rounds)" if t.dynamic_sampling else "")
+        + f"; {evals} held-out and {n_val} validation episodes",
+        "checks passed (config, model, device, env); nothing was written. A run prints its ETA from the "
+        "first iteration on.",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_train(argv) -> int:
     p = _parser("train", "Train a policy with an advantage estimator (gigpo list estimators) on a text environment.")
     p.add_argument(
@@ -117,6 +146,12 @@ def cmd_train(argv) -> int:
         help="with --resume: allow changing run-defining keys "
         "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
         "RUN_DIR/config_changes.jsonl",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check everything a run checks before it starts (config, model, device, env, tasks), print "
+        "what would run and how much work it is, and exit without writing anything",
     )
     args = _parse(p, argv)
     if args is None:
@@ -135,6 +170,8 @@ def cmd_train(argv) -> int:
     cfg = _load(args)
     if args.print_config:
         return _print_config(cfg)
+    if args.dry_run:
+        return _dry_run(cfg, resume=bool(args.resume))
     _threads(cfg)
     from gigpo.train.trainer import Trainer
     from gigpo.learner.update import TrainingDiverged
