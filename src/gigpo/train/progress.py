@@ -19,6 +19,19 @@ LEGEND = (
 )
 
 
+def eval_line(label: str, m: dict) -> str:
+    n, secs = m.get("eval/num_trajectories", 0), m.get("time/eval", 0)
+    return f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks ({secs:.0f}s)"
+
+
+def no_signal_warning(iteration: int) -> str:
+    return (
+        f"warning: iteration {iteration} trained on no signal: every advantage is 0 (all rollouts of each "
+        "task scored alike), so the update left the policy unchanged; if this repeats, the model cannot "
+        "solve or fail these tasks differently (docs/training.md#no-signal)"
+    )
+
+
 def eta_text(seconds: float) -> str:
     """``1h05m``, ``12m30s``, ``40s``."""
     s = max(int(round(seconds)), 0)

@@ -55,7 +55,7 @@ from gigpo.train.metrics import (
     rss_gb,
     token_metrics,
 )
-from gigpo.train.progress import LEGEND, RunProgress
+from gigpo.train.progress import LEGEND, RunProgress, eval_line, no_signal_warning
 from gigpo.train.selection import choose_delivered, logged_line, write_run_end
 
 
@@ -346,7 +346,7 @@ class Trainer:
             self._say(f"held-out eval before training: {len(self.eval_pool)} tasks ...")
             result["before"] = self.evaluate("eval_before")
             pt["eval_before"] = result["before"]["time/eval"]
-            self._say(_eval_line("before training", result["before"]))
+            self._say(eval_line("before training", result["before"]))
         if self.iteration == 0 and not started:
             # The starting model is the first candidate for best and the first rollback target.
             if cfg.guard.val_every:
@@ -362,11 +362,7 @@ class Trainer:
             m = self.train_iteration()
             self._say(iteration_summary(self.iteration, cfg.train.iterations, m, eta=progress.iteration_done()))
             if m.get("train/no_signal"):
-                self._say(
-                    f"warning: iteration {self.iteration} trained on no signal: every advantage is 0 (all rollouts "
-                    "of each task scored alike), so the update left the policy unchanged; if this repeats, the "
-                    "model cannot solve or fail these tasks differently (docs/training.md#no-signal)"
-                )
+                self._say(no_signal_warning(self.iteration))
             every = cfg.log.eval_every
             if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
                 self.evaluate()
@@ -439,8 +435,3 @@ class Trainer:
         dist = getattr(self, "dist", None)
         if dist is not None:
             dist.close()
-
-
-def _eval_line(label: str, m: dict) -> str:
-    n, secs = m.get("eval/num_trajectories", 0), m.get("time/eval", 0)
-    return f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks ({secs:.0f}s)"
