@@ -80,18 +80,19 @@ class RunProgress:
         self.done += 1
         left = self.eta()
         text = f"eta {eta_text(left)}" if left is not None and self.done < self.total else ""
-        if self._p is not None:
+        if self._p is not None and self._run is not None:
             self._p.update(self._run, completed=self.done, eta=text)
         return text
 
     def episodes(self, label: str, total: int) -> Callable[[int, int], None] | None:
         """A ``progress(done, total)`` callback for ``gigpo.rollout.rollout`` showing ``label``."""
-        if self._p is None:
+        bars = self._p
+        if bars is None:
             return None
-        task = self._p.add_task(label, total=total, eta="")
+        task = bars.add_task(label, total=total, eta="")
 
         def update(done: int, n: int) -> None:
-            self._p.update(task, completed=done, total=n, visible=done < n)
+            bars.update(task, completed=done, total=n, visible=done < n)
 
         return update
 
