@@ -66,7 +66,8 @@ def bench_server(model_name: str, args) -> None:
     from pathlib import Path
 
     from gigpo.policy.launch import VLLMServer
-    from gigpo.policy.server import ServerGenerator, save_for_serving
+    from gigpo.policy.server import ServerGenerator
+    from gigpo.policy.server_sync import save_for_serving
 
     model, tok = load_policy(model_name, device=args.device)
     agent = Agent(args.family, tok, max_prompt_tokens=args.max_prompt_tokens)

@@ -27,7 +27,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gigpo.envs import get_family, make_env_from_module
 from gigpo.envs.base import Task, TextEnv
-from gigpo.envs.executors import EXECUTORS, InlineExecutor, ProcessExecutor, RayExecutor, ThreadExecutor
+from gigpo.envs.executors import EXECUTORS
+from gigpo.envs.executors.local import InlineExecutor, ThreadExecutor
+from gigpo.envs.executors.process import ProcessExecutor
+from gigpo.envs.executors.ray_actors import RayExecutor
 
 
 @dataclass

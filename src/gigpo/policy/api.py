@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from gigpo.policy.base import SamplingParams
-from gigpo.policy.server import RETRY_STATUS, ServerError, row_seed
+from gigpo.policy.server import RETRY_STATUS, row_seed
+from gigpo.policy.server_checks import ServerError
 
 ENDPOINTS = ("chat", "completions")
 

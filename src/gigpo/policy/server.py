@@ -7,12 +7,8 @@ the exact generated ids (``return_token_ids``, or ``return_tokens_as_token_ids``
 seed (derived from ``SamplingParams.seed`` and the row), so the rollouts of a group differ and a
 run repeats where the engine is deterministic; the engine batches concurrent requests itself.
 
-Before the first rollout, ``probe()`` checks every server: ``/health``, the served model name,
-``/tokenize`` against the trainer's tokenizer on a sample prompt, and one completion: token ids
-and log-probs present, and (given the trainer's model) log-probs equal to the trainer's own
-recomputation (``token_logprobs``) within ``logprob_tolerance``. That last check catches a server
-that returns raw instead of sampling log-probs (vLLM: start it with ``--logprobs-mode
-processed_logprobs``) or serves other weights.
+Before the first rollout, ``probe()`` checks every server, and every completion is checked before
+it reaches a rollout (``gigpo.policy.server_checks``).
 
 Action constraints (``rollout.constrain_actions``: ``generate(..., constraints=...)``, as
 ``HFGenerator`` takes them): a constrained row is sampled as ``HFGenerator`` samples it, in
@@ -20,15 +16,8 @@ several requests (``_constrained``): free text that stops at the open tag, then 
 token with ``allowed_token_ids`` (vLLM masks the logits to them before its sampling log-probs).
 The first constrained call checks that every server applies them (``check_masking``).
 
-Weight sync (``sync_weights``): the policy is written to a new directory under ``sync_dir``
-(atomically) and every server reloads it in place (vLLM's dev-mode ``POST /collective_rpc``
-``reload_weights`` with ``weights_path``, then ``POST /reset_prefix_cache``: cached prefixes were
-computed with the old weights); a probe then checks the server's log-probs against the model.
+Weight sync (``sync_weights``, LoRA adapters): ``gigpo.policy.server_sync``.
 ``policy_version`` names the weights the servers hold; the rollout records it per row.
-
-Every completion is checked before it reaches a rollout (``_parse``): a JSON object with a
-choice, at most the request's ``max_tokens`` ids, each an integer in ``[0, vocab_size)``, one
-finite log-prob <= ``LOGPROB_EPS`` per id; otherwise ``ServerError`` names the check and the server.
 
 A server that stays down once a request's retries are used up raises ``ServerDown``. When
 ``revive`` is set (``gigpo.train.serving.ServerBackend`` sets it for the vLLM server it started),
@@ -38,12 +27,15 @@ is redone whole with the same per-row seeds (the rows it had already received ar
 Threads that see the same death wait for one revival and retry.
 
 Docs: docs/serving.md.
+
+This module holds the ``ServerGenerator`` client (HTTP plumbing, generation, revival); its
+probe and completion checks come from ``server_checks.CompletionChecks`` and its weight sync from
+``server_sync.WeightSync``. The names of both modules are importable from here as before.
 """
 
 from __future__ import annotations
 
 import itertools
-import shutil
 import threading
 import time
 import uuid
@@ -54,27 +46,30 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gigpo.policy.base import Generation, SamplingParams
+from gigpo.policy.server_checks import (
+    LOGPROB_EPS,
+    PROBE_MESSAGES,
+    PROBE_TEMPERATURE,
+    PROBE_TOKENS,
+    ServerDown,
+    ServerError,
+)
+from gigpo.policy.server_sync import WeightSync, save_for_serving
 
-# A short ChatML exchange: the probe's prompt (tokenizer agreement and one completion).
-PROBE_MESSAGES = [
-    {"role": "user", "content": "You are in the middle of a room. Your task is to: put a mug in the sink."}
+__all__ = [
+    "LOGPROB_EPS",
+    "PROBE_MESSAGES",
+    "PROBE_TEMPERATURE",
+    "PROBE_TOKENS",
+    "RETRY_STATUS",
+    "ServerDown",
+    "ServerError",
+    "ServerGenerator",
+    "row_seed",
+    "save_for_serving",
 ]
-PROBE_TEMPERATURE = 0.7  # != 1, so raw (untempered) log-probs would not pass for processed ones
-PROBE_TOKENS = 8
+
 RETRY_STATUS = (429, 500, 502, 503, 504)
-LOGPROB_EPS = 1e-4  # a sampled token's log-prob above this (it is <= 0 up to rounding) is refused
-
-
-class ServerError(RuntimeError):
-    """An inference server is unreachable, dead, or does not honour the exact-token contract."""
-
-
-class ServerDown(ServerError):
-    """Server ``url`` failed a request after its retries (connection errors, 5xx answers)."""
-
-    def __init__(self, url: str, message: str) -> None:
-        super().__init__(message)
-        self.url = url
 
 
 def row_seed(seed: int | None, row: int) -> int | None:
@@ -84,8 +79,12 @@ def row_seed(seed: int | None, row: int) -> int | None:
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, row]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-class ServerGenerator:
+class ServerGenerator(WeightSync):
     """``Generator`` over one or more OpenAI-compatible ``/v1/completions`` servers.
+
+    The probe and the completion checks (``probe``, ``check_logprobs``, ``check_masking``,
+    ``_parse``) come from ``server_checks.CompletionChecks``, ``sync_weights`` and the LoRA
+    adapters from ``server_sync.WeightSync``.
 
     Args:
         tokenizer: the trainer's tokenizer (probe only; prompts are already token ids).
@@ -286,63 +285,6 @@ class ServerGenerator:
             body["seed"] = int(seed)
         return body
 
-    def _parse(self, resp: dict, url: str = "", max_tokens: int | None = None) -> Generation:
-        """One choice -> ``Generation``; ``ServerError`` when ids or log-probs are missing, or when
-        the answer fails a check (module docstring): nothing unchecked reaches a rollout."""
-
-        def bad(check: str, what: str) -> ServerError:
-            return ServerError(f"inference server {url}: completion refused ({check} check): {what}")
-
-        try:
-            ch = resp["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise ServerError(f"inference server {url}: a completion without choices: {str(resp)[:300]}") from None
-        if not isinstance(ch, dict):
-            raise bad("format", f"a choice is {type(ch).__name__}, not a JSON object: {str(ch)[:200]}")
-        lp = ch.get("logprobs") or {}
-        if not isinstance(lp, dict):
-            raise bad("format", f'"logprobs" is {type(lp).__name__}, not a JSON object: {str(lp)[:200]}')
-        ids = ch.get("token_ids")
-        if ids is None:
-            toks = lp.get("tokens") or []
-            if toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
-                try:
-                    ids = [int(t.split(":", 1)[1]) for t in toks]
-                except ValueError:
-                    raise bad("token id", f"a token_id:N token without an integer N: {toks[:8]}") from None
-        if ids is None:
-            raise ServerError(
-                f"inference server {url} returns no token ids (neither return_token_ids nor "
-                "return_tokens_as_token_ids tokens); gigpo trains on the sampled ids and never "
-                "re-tokenizes text: use a server that returns them (vLLM >= 0.10)"
-            )
-        if not isinstance(ids, list) or not all(type(t) is int for t in ids):
-            raise bad("token id", f"token_ids is not a list of integers: {str(ids)[:200]}")
-        if max_tokens is not None and len(ids) > max_tokens:
-            raise bad("token count", f"{len(ids)} tokens for a request of max_tokens {max_tokens}")
-        out = [t for t in ids if not 0 <= t < self.vocab_size]
-        if out:
-            raise bad("vocabulary", f"token id {out[0]} is outside the vocabulary [0, {self.vocab_size})")
-        lps = lp.get("token_logprobs")
-        if lps is None or not isinstance(lps, list) or len(lps) != len(ids) or any(x is None for x in lps):
-            raise ServerError(
-                f"inference server {url} returns no log-prob per sampled token (logprobs: 0); "
-                f"got {len(lps) if isinstance(lps, list) else 0} for {len(ids)} tokens"
-            )
-        if not all(type(x) in (int, float) for x in lps):
-            raise bad("log-prob", f"token_logprobs holds non-numbers: {str(lps)[:200]}")
-        arr = np.asarray(lps, dtype=np.float64)
-        if not np.isfinite(arr).all():
-            raise bad("log-prob", f"a log-prob is not finite ({arr[~np.isfinite(arr)][0]})")
-        if len(arr) and arr.max() > LOGPROB_EPS:
-            raise bad("log-prob", f"log-prob {arr.max():.6g} > 0 (a log-probability is at most 0)")
-        finished = ch.get("finish_reason") == "stop"
-        return Generation(
-            token_ids=np.asarray(ids, dtype=np.int32),
-            logprobs=np.minimum(arr, 0.0).astype(np.float32),
-            finished=bool(finished and len(ids) and int(ids[-1]) in self.eos_ids),
-        )
-
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams, constraints: Sequence | None = None
     ) -> list[Generation]:
@@ -452,21 +394,6 @@ class ServerGenerator:
             allowed=allowed,
         )
 
-    def check_masking(self, url: str) -> None:
-        """``url`` applies ``allowed_token_ids`` before its log-probs (what ``_constrained`` needs):
-        a completion allowed one id must return that id with log-prob 0."""
-        ids = self.probe_prompt()[1]
-        params = SamplingParams(temperature=PROBE_TEMPERATURE, max_new_tokens=1)
-        body = {**self._body(ids, params, 0, 1), "allowed_token_ids": [ids[0]]}
-        g = self._parse(self._post("/v1/completions", body, url=url), url, max_tokens=1)
-        if g.token_ids.tolist() != [ids[0]] or not abs(float(g.logprobs[0])) < 1e-5:
-            raise ServerError(
-                f"inference server {url} does not apply allowed_token_ids: a completion allowed only "
-                f"token {ids[0]} returned {g.token_ids.tolist()} with log-probs {g.logprobs.tolist()}; "
-                "rollout.constrain_actions with rollout.backend=server needs a server that masks the "
-                "logits to allowed_token_ids before its log-probs (vLLM, --logprobs-mode processed_logprobs)"
-            )
-
     def _revive(self, err: ServerDown, seen: int, compare: bool) -> bool:
         """Hand ``err`` to ``revive`` and probe the revived server; True: redo the call.
 
@@ -486,90 +413,6 @@ class ServerGenerator:
                 self.probe(compare=compare)
         return True
 
-    # ------------------------------------------------------------------ probe
-    def probe(self, compare: bool = True) -> dict:
-        """Check every server (module docstring); returns what was measured. Raises ``ServerError``.
-
-        ``compare=False`` skips the log-prob comparison with ``policy`` (a server about to be
-        given the policy's weights by ``sync_weights``, which compares them then)."""
-        for u in self.urls:
-            h = self.health(u)
-            if h != "ok":
-                raise ServerError(
-                    f"no inference server answers at {u} ({h}); start one (`gigpo serve --config ...`) "
-                    "or leave rollout.server.urls empty to let gigpo start one"
-                )
-        models = {u: [m.get("id") for m in self._get(u, "/v1/models").get("data", [])] for u in self.urls}
-        if not self.model:
-            self.model = next((m for m in models[self.urls[0]] if m), "")
-            if not self.model:
-                raise ServerError(f"inference server {self.urls[0]} lists no model at /v1/models")
-        for u, names in models.items():
-            if self.model not in names:
-                raise ServerError(f"inference server {u} does not serve model {self.model!r} (it serves {names})")
-        report: dict[str, Any] = {"model": self.model}
-        text, ids = self.probe_prompt()
-        for u in self.urls:
-            tok = self._post("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}, url=u)
-            if list(tok.get("tokens") or []) != ids:
-                raise ServerError(
-                    f"inference server {u} tokenizes a sample prompt differently from the trainer's "
-                    f"tokenizer ({len(tok.get('tokens') or [])} vs {len(ids)} tokens): serve the "
-                    "trainer's model directory (tokenizer included)"
-                )
-            report[u] = self.check_logprobs(u, ids, compare=compare)
-        return report
-
-    def probe_prompt(self) -> tuple[str, list[int]]:
-        """The probe's prompt as text and as the trainer's token ids."""
-        tok = self.tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(PROBE_MESSAGES, tokenize=False, add_generation_prompt=True)
-        else:
-            text = PROBE_MESSAGES[0]["content"]
-        return text, list(tok(text, add_special_tokens=False)["input_ids"])
-
-    def check_logprobs(self, url: str, ids: Sequence[int] | None = None, compare: bool = True) -> dict:
-        """One completion from ``url``: ids and log-probs present, and (given ``policy`` and
-        ``compare``) its log-probs within ``logprob_tolerance`` of the trainer's. Returns
-        ``max_abs_diff``."""
-        ids = list(ids if ids is not None else self.probe_prompt()[1])
-        params = SamplingParams(temperature=PROBE_TEMPERATURE, top_p=1.0, max_new_tokens=PROBE_TOKENS, seed=0)
-        resp = self._post("/v1/completions", self._body(ids, params, 0, PROBE_TOKENS), url=url)
-        ch = (resp.get("choices") or [{}])[0] if isinstance(resp, dict) else {}
-        if self.ids_field == "token_ids" and isinstance(ch, dict) and ch.get("token_ids") is None:
-            self.ids_field = "tokens"  # a server without return_token_ids: ask for "token_id:N" tokens
-            resp = self._post("/v1/completions", self._body(ids, params, 0, PROBE_TOKENS), url=url)
-        gen = self._parse(resp, url, max_tokens=PROBE_TOKENS)
-        out: dict[str, Any] = {"ids_field": self.ids_field, "tokens": len(gen.token_ids)}
-        if not compare or self.policy is None or not len(gen.token_ids):
-            return out
-        import torch
-
-        from gigpo.learner.logprobs import token_logprobs
-
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
-        was_training = self.policy.training
-        self.policy.eval()
-        try:
-            with torch.no_grad():
-                ref, _, _ = token_logprobs(
-                    self.policy, [np.asarray(ids)], [gen.token_ids], pad_token_id=pad, temperature=PROBE_TEMPERATURE
-                )
-        finally:
-            self.policy.train(was_training)
-        diff = float(np.abs(ref[0, : len(gen.token_ids)].float().cpu().numpy() - gen.logprobs).max())
-        out["max_abs_diff"] = diff
-        if not diff <= self.logprob_tolerance:
-            raise ServerError(
-                f"inference server {url}: its log-probs differ from the trainer's by up to {diff:.4f} "
-                f"(tolerance {self.logprob_tolerance}) on a probe at temperature {PROBE_TEMPERATURE}: "
-                "it returns raw instead of sampling log-probs (vLLM: --logprobs-mode "
-                "processed_logprobs), runs another dtype (--dtype float32), or holds other weights "
-                "than the trainer's model"
-            )
-        return out
-
     def _get(self, url: str, path: str) -> dict:
         import httpx
 
@@ -581,144 +424,6 @@ class ServerGenerator:
             raise ServerError(f"inference server {url}: GET {path} answered {r.status_code}: {r.text[:300]}")
         return r.json()
 
-    # ------------------------------------------------------------------ weight sync
-    def sync_weights(self, model, version: int) -> float:
-        """Make every server sample from ``model``'s weights, recorded as ``policy_version``.
-
-        Writes ``sync_dir/v<version>`` atomically (``save_for_serving``), asks each server to
-        reload from it and to drop its prefix cache, then checks the server's log-probs against
-        ``model``. With ``lora`` only the adapter moves (``_sync_adapter``). Returns the seconds
-        it took.
-        """
-        if self.sync_dir is None:
-            raise ServerError("ServerGenerator.sync_weights needs sync_dir (where the servers load weights from)")
-        if self.lora:
-            return self._sync_adapter(model, version)
-        t0 = time.perf_counter()
-        target = self._write_version("v", version, lambda d: save_for_serving(model, self.tokenizer, d))
-        # Revived on the weights of ``policy_version`` (still on disk); then load again.
-        self._with_revival(lambda: self._load(model, target))
-        self.policy_version = int(version)
-        self._drop_versions("v", target)  # the servers hold the new weights; older copies go
-        return time.perf_counter() - t0
-
-    def _load(self, model, target: Path) -> None:
-        """Every server reloads its weights from ``target`` and is checked against ``model``."""
-        for u in self.urls:
-            self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(target)}}, url=u)
-            self._post("/reset_prefix_cache", {}, url=u)
-        self._check_against(model)
-
-    def _sync_adapter(self, model, version: int) -> float:
-        """LoRA weight sync: ``model``'s adapter saved to ``sync_dir/lora-v<version>`` (atomically),
-        loaded into every server under a new name, checked against ``model``; the previous
-        adapter is then unloaded and its files removed. Returns the seconds it took."""
-        if not hasattr(model, "peft_config"):
-            raise ServerError("ServerGenerator(lora=True).sync_weights needs a peft LoRA model")
-        t0 = time.perf_counter()
-        # peft's save_pretrained writes the adapter only (adapter_config.json + weights)
-        target = self._write_version("lora-v", version, model.save_pretrained)
-        name = f"gigpo-{self._lora_tag}-v{int(version):06d}"
-        # revived holding the previous adapter; then load again
-        self._with_revival(lambda: self._load_adapters(name, target))
-        previous, self.adapter, self.adapter_dir = self.adapter, name, target
-        self._check_against(model)
-        self.policy_version = int(version)
-        if previous is not None:
-            for u in self.urls:
-                self._post("/v1/unload_lora_adapter", {"lora_name": previous}, url=u, text=True)
-        self._drop_versions("lora-v", target)
-        return time.perf_counter() - t0
-
-    def _write_version(self, prefix: str, version: int, write: Callable[[Path], Any]) -> Path:
-        """``write(dir)`` into a temporary directory renamed to ``sync_dir/<prefix><version>``, so a
-        server never reads a half-written one."""
-        assert self.sync_dir is not None
-        target = self.sync_dir / f"{prefix}{int(version):06d}"
-        tmp = self.sync_dir / f".tmp-{prefix}{int(version):06d}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        write(tmp)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        return target
-
-    def _drop_versions(self, prefix: str, keep: Path) -> None:
-        assert self.sync_dir is not None
-        for old in self.sync_dir.glob(f"{prefix}*"):
-            if old != keep and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-
-    def _with_revival(self, load: Callable[[], Any]) -> None:
-        """``load()``, redone after ``revive`` brought a dead server back (module docstring)."""
-        while True:
-            seen = self._revivals
-            try:
-                load()
-                return
-            except ServerDown as e:
-                if not self._revive(e, seen, compare=False):
-                    raise
-
-    def _check_against(self, model) -> None:
-        """Every server's log-probs checked against ``model`` (``check_logprobs``)."""
-        policy, self.policy = self.policy, model
-        try:
-            for u in self.urls:
-                self.check_logprobs(u)
-        finally:
-            self.policy = policy
-
-    def _load_adapters(self, name: str, path: Path) -> None:
-        for u in self.urls:
-            self.load_adapter(u, name, path)
-
-    def load_adapter(self, url: str, name: str | None = None, path: Path | None = None) -> None:
-        """Load a LoRA adapter into ``url`` (default: the current one, e.g. into a restarted server)."""
-        name, path = name or self.adapter, path or self.adapter_dir
-        if name is None or path is None:
-            return
-        self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, url=url, text=True)
-
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()
-
-
-def save_for_serving(model, tokenizer, out: str | Path) -> Path:
-    """``model`` (full weights) and ``tokenizer`` as a Hugging Face directory an engine can load and
-    reload in place.
-
-    A peft LoRA model gives its base weights (without the adapter: ``sync_weights`` loads that).
-    Tied input/output embeddings are written untied (``lm_head.weight`` a copy of the embedding,
-    ``tie_word_embeddings: false``): vLLM's in-place reload leaves a tied LM head holding the old
-    weights, so a served model must own its head. Same numbers, one matrix more on the server.
-    """
-    import torch
-    from safetensors.torch import save_file
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "peft_config"):  # a LoRA model: its base weights (the adapter goes by sync)
-        model = model.get_base_model()
-        sd = {
-            k.replace(".base_layer.", "."): v.detach().to("cpu").contiguous().clone()
-            for k, v in model.state_dict().items()
-            if ".lora_" not in k
-        }
-    else:
-        sd = {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
-    cfg = model.config
-    tied = bool(getattr(cfg, "tie_word_embeddings", False))
-    if tied and "lm_head.weight" not in sd:
-        emb = model.get_input_embeddings().weight
-        sd["lm_head.weight"] = emb.detach().to("cpu").contiguous().clone()
-    with torch.no_grad():
-        save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
-    d = cfg.to_dict()
-    d["tie_word_embeddings"] = False
-    type(cfg).from_dict(d).save_pretrained(out)
-    gc = getattr(model, "generation_config", None)
-    if gc is not None:
-        gc.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from gigpo.policy.launch import LaunchError
-from gigpo.policy.server import ServerDown, ServerError
+from gigpo.policy.server_checks import ServerDown, ServerError
 
 __all__ = ["LaunchError", "ServerBackend", "ServerError", "serve", "vllm_server"]
 
@@ -62,7 +62,8 @@ class ServerBackend:
     """
 
     def __init__(self, cfg, model, tokenizer, work_dir: Path, *, version: int = 0, sync: bool = True) -> None:
-        from gigpo.policy.server import ServerGenerator, save_for_serving
+        from gigpo.policy.server import ServerGenerator
+        from gigpo.policy.server_sync import save_for_serving
 
         s = cfg.rollout.server
         self.work_dir = Path(work_dir)
@@ -163,7 +164,7 @@ def serve(cfg, port: int = 8000) -> int:
     """``gigpo serve``: a vLLM server on 127.0.0.1 for the model a ``gigpo train`` with ``cfg``
     starts from (``model.name_or_path``; its SFT model when ``sft.enabled``), until Ctrl-C."""
     from gigpo.policy.load import load_policy, resolve_path
-    from gigpo.policy.server import save_for_serving
+    from gigpo.policy.server_sync import save_for_serving
 
     from gigpo.train.build import load_kwargs
 
