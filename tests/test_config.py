@@ -211,7 +211,7 @@ def test_ray_executor_without_ray_installed_names_the_extra(monkeypatch):
 def test_ray_num_cpus_is_checked_and_only_taken_with_the_ray_executor():
     pytest.importorskip("ray", reason="ray is not installed (pip install 'gigpo[ray]')")
     assert load_config(None, ["env.executor=ray", "env.ray_num_cpus=0.25"]).env.ray_num_cpus == 0.25
-    from gigpo.train.build import grouped_envs
+    from gigpo.train.factories import grouped_envs
 
     # The settings reach GroupedEnvs (no Ray starts before the first reset).
     with grouped_envs(load_config(None, ["env.executor=ray", "env.ray_num_cpus=0.5"]).env, group_size=2) as envs:

@@ -429,7 +429,7 @@ def _constrained_sokoban_rollout(cfg, gen, model, tok) -> float:
     from gigpo.envs import make_tasks
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.rollout import rollout
-    from gigpo.train.build import build_agent
+    from gigpo.train.factories import build_agent
     from gigpo.train.config import TrainConfig
     from gigpo.learner.update import PolicyUpdater
 

@@ -14,7 +14,7 @@ from gigpo.agent.prompting import parse_react, reflection_part
 from gigpo.envs import make_tasks
 from gigpo.policy import HFGenerator, SamplingParams
 from gigpo.rollout.prompting import collect_fewshot, prompting_eval
-from gigpo.train.build import build_agent, grouped_envs
+from gigpo.train.factories import build_agent, grouped_envs
 from gigpo.train.config import load_config
 from gigpo.train.evaluate import evaluate_model, fewshot_examples
 from small_runs import SEARCH_TINY, SMALL

@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     from gigpo.envs.manager import GroupedEnvs
     from gigpo.policy import HFGenerator, SamplingParams, load_policy
     from gigpo.rollout import eval_rollout
-    from gigpo.train.build import build_agent
+    from gigpo.train.factories import build_agent
     from gigpo.train.config import load_config
 
     torch.set_num_threads(1)

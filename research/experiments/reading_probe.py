@@ -155,7 +155,7 @@ def main(argv=None) -> None:
 
     from gigpo.policy import load_policy
     from gigpo.learner.logprobs import token_logprobs
-    from gigpo.train.build import build_agent
+    from gigpo.train.factories import build_agent
     from gigpo.train.config import load_config
 
     torch.set_num_threads(1)

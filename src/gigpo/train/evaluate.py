@@ -10,7 +10,7 @@ def _load_tokenizer(cfg):
     from transformers import AutoTokenizer
 
     from gigpo.policy.load import resolve_path
-    from gigpo.train.build import load_kwargs
+    from gigpo.train.factories import load_kwargs
 
     path = resolve_path(cfg.model.name_or_path, cfg.model.cache_dir or None, tiny=load_kwargs(cfg)["tiny"])
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -58,7 +58,7 @@ def evaluate_model(cfg, make_generator=None) -> dict:
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout, prompting_eval
-    from gigpo.train.build import build_agent, grouped_envs, load_kwargs
+    from gigpo.train.factories import build_agent, grouped_envs, load_kwargs
     from gigpo.train.checks import check_run
 
     check_run(cfg, train=False)  # model path, device, env: before anything loads

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gigpo.train.build import load_kwargs
+from gigpo.train.factories import load_kwargs
 from gigpo.train.config import Config
 
 

@@ -166,9 +166,9 @@ def serve(cfg, port: int = 8000) -> int:
     from gigpo.policy.load import load_policy, resolve_path
     from gigpo.policy.server_sync import save_for_serving
 
-    from gigpo.train.build import load_kwargs
+    from gigpo.policy.tiny import tiny_config
 
-    model_path, tiny = cfg.model.name_or_path, load_kwargs(cfg)["tiny"]
+    model_path, tiny = cfg.model.name_or_path, tiny_config(cfg.env.family, cfg.env.task_kwargs, cfg.env.kwargs)
     resolve_path(model_path, cfg.model.cache_dir or None, tiny=tiny)  # builds `tiny` when not cached
     if cfg.sft.enabled:
         from gigpo.train.sft import ensure_sft_model

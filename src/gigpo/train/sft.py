@@ -163,7 +163,7 @@ def sft_key(cfg) -> str:
     }
     if cfg.model.name_or_path == "tiny":  # the alias names no weights: key on the build itself
         from gigpo.policy.tiny import TinyConfig, tiny_hash
-        from gigpo.train.build import load_kwargs
+        from gigpo.train.factories import load_kwargs
 
         # the build load_policy(**load_kwargs(cfg)) loads (a plug-in family's run may add its text)
         parts["tiny"] = tiny_hash(load_kwargs(cfg).get("tiny") or TinyConfig())
@@ -186,7 +186,7 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
     from gigpo.envs import make_tasks
     from gigpo.policy.load import load_policy
     from gigpo.rollout import collect_expert_demos
-    from gigpo.train.build import build_agent, load_kwargs
+    from gigpo.train.factories import build_agent, load_kwargs
 
     torch.manual_seed(cfg.seed)
     model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))

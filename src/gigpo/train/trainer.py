@@ -29,7 +29,7 @@ import torch
 
 from gigpo.learner.distributed import Dist
 from gigpo.policy.base import MakeGenerator
-from gigpo.train import build, seeds
+from gigpo.train import build, factories, seeds
 from gigpo.train.checkpoint import (
     best_checkpoint,
     check_world,
@@ -109,12 +109,12 @@ class Trainer:
         self.models = m = load_models(cfg, self.model_path, self.dist)
         self.model, self.tokenizer, self.full_model, self.ref_model = m.model, m.tokenizer, m.full_model, m.ref_model
         self.critic, self.critic_updater, self.updater = m.critic, m.critic_updater, m.updater
-        self.agent = build.build_agent(cfg, self.tokenizer)
-        self.train_pool, self.eval_pool, self.val_pool = build.task_pools(cfg)
+        self.agent = factories.build_agent(cfg, self.tokenizer)
+        self.train_pool, self.eval_pool, self.val_pool = factories.task_pools(cfg)
         self.watchdog = Watchdog(cfg.guard, select_by_val=bool(cfg.guard.val_every))
         self.stop_reason: str | None = None
-        self.envs = build.grouped_envs(cfg.env, cfg.env.group_size) if main else None
-        self.eval_envs = build.grouped_envs(cfg.env, 1) if main else None
+        self.envs = factories.grouped_envs(cfg.env, cfg.env.group_size) if main else None
+        self.eval_envs = factories.grouped_envs(cfg.env, 1) if main else None
         self.iteration = 0  # iterations completed
         if resume:
             self._restore()
