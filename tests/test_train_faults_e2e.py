@@ -165,3 +165,35 @@ def test_unwritable_output_dir_is_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 1 and err.startswith("gigpo: cannot write /sys/gigpo-test") and "writable output_dir" in err
     assert "\n" not in err
+
+
+def _tags_at(run, iteration):
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sorted(x["tag"] for x in lines if x["iteration"] == iteration and x["tag"] != "guard")
+
+
+@pytest.mark.slow
+def test_a_resume_after_a_kill_in_iteration_1_logs_eval_before_and_val_once(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = tmp_path / "twice"
+    extra = ["train.iterations=1", "log.eval_before=true", "guard.val_every=1", "guard.val_tasks=1"]
+    killed = subprocess.run(
+        train_cmd(tmp_path, "twice", extra),
+        env=dict(env, GIGPO_DEBUG_SIGKILL_AT="1:after_rollout"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert _tags_at(run, 0) == ["eval_before", "val"]
+    r = subprocess.run(
+        [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "held-out eval before training" in r.stdout  # the resume did evaluate again...
+    assert _tags_at(run, 0) == ["eval_before", "val"]  # ...and its line replaced the first one
+    assert _tags_at(run, 1) == ["eval_final", "train"]
