@@ -248,20 +248,37 @@ def load_latest(run_dir: str | Path) -> tuple[Path, dict] | None:
     first = _pointer(ckdir)
     dirs = sorted((p for p in ckdir.iterdir() if p.is_dir() and _NAME.fullmatch(p.name)), reverse=True)
     order = ([first] if first is not None else []) + [p for p in dirs if p != first]
-    errors = []
+    errors: list[tuple[Path, str]] = []
     for p in order:
         try:
             state = load_checkpoint(p)
         except CheckpointError as e:
-            errors.append(str(e))
+            errors.append((p, str(e)))
             warnings.warn(f"skipping checkpoint {p.name}: {e}", stacklevel=2)
             continue
         if errors:
-            warnings.warn(f"resuming from the older checkpoint {p.name} (iteration {state['iteration']})", stacklevel=2)
+            warnings.warn(
+                f"resuming from {p.name} (iteration {state['iteration']}): {_unusable(errors, p, dirs)}", stacklevel=2
+            )
         return p, state
     if not order:
         return None
-    raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(errors))
+    raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(e for _, e in errors))
+
+
+def _unusable(errors: list[tuple[Path, str]], used: Path, dirs: list[Path]) -> str:
+    """The skipped checkpoints, each named for what it is next to ``used``: "the newest checkpoint
+    iter_000002 is unusable: <why>" (newer than ``used``, or older but named by ``latest``)."""
+    newest = dirs[0].name if dirs else None
+    parts = []
+    for p, why in errors:
+        if p.name == newest:
+            parts.append(f"the newest checkpoint {p.name} is unusable: {why}")
+        elif p.name > used.name:
+            parts.append(f"the newer checkpoint {p.name} is unusable: {why}")
+        else:  # older than the one used: tried first because `latest` named it
+            parts.append(f"checkpoint {p.name}, which checkpoints/latest names, is unusable: {why}")
+    return "; ".join(parts)
 
 
 def check_world(saved: int | None, dist: Dist, path) -> None:
