@@ -89,8 +89,10 @@ def test_sigkilled_sft_leaves_no_out_dir_and_the_rerun_builds_a_complete_one(cac
     assert not out.exists()  # nothing under the final name that a later run could take for done
     with pytest.raises(FileNotFoundError):
         load_policy(str(out), device="cpu")
-    # The rerun builds it (the killed run's temporary dir does not count).
+    assert list(tmp_path.glob(".sft.tmp-*"))  # the killed run's temporary dir (a model's worth of disk)...
+    # The rerun builds it (the killed run's temporary dir does not count)...
     assert main(_sft_args(cache, out)) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sft"]  # ...and removes that temporary
     assert {"config.json", "model.safetensors", "tokenizer.json", "sft_stats.json"} <= {p.name for p in out.iterdir()}
     model, tok = load_policy(str(out), device="cpu")
     assert len(tok) > 32

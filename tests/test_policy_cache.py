@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,82 @@ def test_replace_dir_atomic_swaps_in_new_copy_and_keeps_old_one_on_failure(tmp_p
         replace_dir_atomic(target, broken)
     assert (target / "w").read_text() == "v2"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no temporary dirs left behind
+
+
+def test_a_full_disk_while_writing_a_model_dir_is_enospc_and_keeps_the_old_copy(tmp_path):
+    from safetensors.torch import save_file
+    import torch
+
+    from gigpo.policy.cache import replace_dir_atomic
+    from small_runs import fill_disk, tmpfs
+
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        target = disk / "model"
+        replace_dir_atomic(target, lambda d: save_file({"w": torch.ones(4)}, d / "model.safetensors"))
+        fill_disk(disk, leave=256 << 10)
+        with pytest.raises(OSError) as e:  # safetensors raises SafetensorError: ... (os error 28)
+            replace_dir_atomic(target, lambda d: save_file({"w": torch.ones(1 << 20)}, d / "model.safetensors"))
+        assert e.value.errno == errno.ENOSPC and e.value.filename == str(target)
+        assert type(e.value.__cause__).__name__ == "SafetensorError"
+        assert sorted(p.name for p in disk.iterdir() if not p.name.startswith("ballast")) == ["model"]
+        assert (target / "model.safetensors").stat().st_size < 1000  # the old copy, untouched
+
+
+def test_a_build_error_with_space_left_is_not_called_a_full_disk(tmp_path):
+    from gigpo.policy.cache import disk_full
+
+    assert not disk_full(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1 vs 2"), tmp_path)
+    assert disk_full(
+        RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"), tmp_path
+    )
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device"), tmp_path)
+
+
+def test_a_build_removes_the_temporaries_of_killed_builds_but_not_of_a_live_one(tmp_path):
+    target = tmp_path / "models" / "sft-x"
+    target.parent.mkdir()
+    killed = target.parent / ".sft-x.tmp-killed"  # a killed build: its lock file exists, nobody holds it
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"x" * 100)
+    killed.with_name(killed.name + ".lock").touch()
+    older = target.parent / ".sft-x.tmp-older"  # made by a gigpo from before the locks
+    older.mkdir()
+    live = target.parent / ".sft-x.tmp-live"  # a build running in another process: its lock held
+    live.mkdir()
+    lock = live.with_name(live.name + ".lock")
+    lock.touch()
+    other = target.parent / ".sft-y.tmp-killed"  # another key's: not this build's to judge
+    other.mkdir()
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        build_atomic(target, lambda d: (d / "w").write_text("new"))
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted(
+        ["sft-x", ".sft-x.tmp-live", ".sft-x.tmp-live.lock", ".sft-y.tmp-killed"]
+    )
+
+
+def test_a_replace_killed_between_its_renames_gets_the_old_copy_back(tmp_path):
+    from gigpo.policy.cache import replace_dir_atomic
+
+    target = tmp_path / "model"
+    stale = tmp_path / ".model.tmp-k"  # killed after moving model/ aside, before renaming the new one in
+    (stale.with_name(stale.name + ".old") / "model").mkdir(parents=True)
+    (stale.with_name(stale.name + ".old") / "model" / "w").write_text("v1")
+    stale.mkdir()
+    stale.with_name(stale.name + ".lock").touch()
+    seen = []
+    replace_dir_atomic(target, lambda d: seen.append((target / "w").read_text()) or (d / "w").write_text("v2"))
+    assert seen == ["v1"] and (target / "w").read_text() == "v2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_the_cli_calls_an_unwrapped_safetensors_disk_full_one_line():
+    from gigpo.cli import _user_error
+
+    code, msg = _user_error(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert (code, msg) == (1, "disk full while writing the run: free some space")
+    code, msg = _user_error(OSError(errno.ENOSPC, "No space left on device", "/x/model"))
+    assert (code, msg) == (1, "disk full while writing /x/model: free some space")

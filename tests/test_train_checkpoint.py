@@ -1,9 +1,12 @@
 """Checkpoints that cannot lie: damaged, emptied, garbled or planted files are refused, with a
 warning and a fall back to the previous complete checkpoint, and RNG states survive exactly."""
 
+import errno
 import os
 import random
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,9 +65,17 @@ def _flip(f):
 def test_corrupt_latest_warns_and_falls_back_to_the_previous_checkpoint(tmp_path, damage):
     ck = _two(tmp_path)
     damage(ck / "iter_000002" / "state.pt")
-    with pytest.warns(UserWarning, match=r"skipping checkpoint iter_000002: .*(checksum|truncated)"):
+    with pytest.warns(UserWarning) as said:
         path, state = load_latest(tmp_path)
     assert path.name == "iter_000001" and state["iteration"] == 1 and state["model"]["w"][0] == 1
+    msgs = [str(w.message) for w in said]
+    assert re.match(r"skipping checkpoint iter_000002: .*(checksum|truncated)", msgs[0]), msgs
+    # named by what it is: the newer one is unusable, not "older"
+    assert re.match(
+        r"resuming from iter_000001 \(iteration 1\): the newest checkpoint iter_000002 is unusable: .*"
+        r"(checksum|truncated)",
+        msgs[-1],
+    ), msgs
     assert (ck / "iter_000002" / "state.pt").exists()  # evidence is left in place
 
 
@@ -137,3 +148,67 @@ def test_disk_full_while_saving_is_an_oserror_and_keeps_the_previous_checkpoint(
     ck = tmp_path / "checkpoints"
     assert sorted(p.name for p in ck.iterdir()) == ["iter_000001", "iter_000002", "latest"]
     assert load_latest(tmp_path)[1]["iteration"] == 2
+
+
+def test_a_corrupt_checkpoint_named_by_latest_but_older_is_worded_as_such(tmp_path):
+    ck = _two(tmp_path)
+    (ck / "latest").write_text("iter_000001")  # a pointer write lost after iter_000002 was renamed in
+    _flip(ck / "iter_000001" / "state.pt")
+    with pytest.warns(
+        UserWarning,
+        match=r"resuming from iter_000002 \(iteration 2\): checkpoint iter_000001, "
+        r"which checkpoints/latest names, is unusable",
+    ):
+        assert load_latest(tmp_path)[0].name == "iter_000002"
+
+
+def _torch_writer_hiding_enospc(monkeypatch):
+    """torch.save as it fails on a full disk: part of the file written, then a RuntimeError without errno."""
+    import gigpo.train.checkpoint as ckmod
+
+    def save(obj, f):
+        f.write(b"PK" + b"\0" * 1000)
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    monkeypatch.setattr(ckmod.torch, "save", save)
+
+
+def test_a_full_disk_hidden_by_torchs_writer_is_enospc_naming_the_checkpoint(tmp_path, monkeypatch):
+    import gigpo.policy.cache as cache
+
+    save_checkpoint(tmp_path, 1, {"model": {"w": torch.ones(4)}})
+    _torch_writer_hiding_enospc(monkeypatch)
+    asked = []
+
+    def no_space(path):
+        asked.append(Path(path))
+        return shutil._ntuple_diskusage(1 << 30, 1 << 30, 0)
+
+    monkeypatch.setattr(cache.shutil, "disk_usage", no_space)
+    with pytest.raises(OSError) as e:
+        save_checkpoint(tmp_path, 2, {"model": {"w": torch.ones(4)}})
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "checkpoints" / "iter_000002")
+    assert isinstance(e.value.__cause__, RuntimeError)  # torch's error kept as the cause
+    assert asked and asked[0].name.startswith(".tmp-iter_000002")  # asked while the partial file held the space
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter_000001", "latest"]
+    assert load_latest(tmp_path)[0].name == "iter_000001"
+
+
+def test_the_same_runtime_error_with_space_left_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    _torch_writer_hiding_enospc(monkeypatch)
+    with pytest.raises(RuntimeError, match="unexpected pos"):
+        save_checkpoint(tmp_path, 1, {"model": {"w": torch.ones(4)}})
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_really_full_disk_while_checkpointing_is_enospc_and_leaves_no_temporary(tmp_path):
+    from small_runs import fill_disk, tmpfs
+
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        save_checkpoint(disk, 1, {"model": {"w": torch.ones(1000)}})
+        fill_disk(disk, leave=256 << 10)
+        with pytest.raises(OSError) as e:  # torch itself raises RuntimeError "unexpected pos" here
+            save_checkpoint(disk, 2, {"model": {"w": torch.ones(1 << 20)}})  # 4 MB
+        assert e.value.errno == errno.ENOSPC and e.value.filename.endswith("iter_000002")
+        assert sorted(p.name for p in (disk / "checkpoints").iterdir()) == ["iter_000001", "latest"]
+        assert load_latest(disk)[0].name == "iter_000001"

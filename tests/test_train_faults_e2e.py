@@ -14,7 +14,7 @@ import pytest
 
 from gigpo.cli import main
 
-from small_runs import SEARCH_TINY, SMALL, train_cmd
+from small_runs import SEARCH_TINY, SMALL, fill_disk, tmpfs, train_cmd
 
 
 def _train_iterations(run):
@@ -160,8 +160,100 @@ def test_disk_full_while_checkpointing_stops_with_one_line_and_keeps_the_previou
     assert _train_iterations(run) == [1, 2]
 
 
+@pytest.mark.slow
+def test_a_really_full_disk_at_a_checkpoint_or_at_model_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    """A tmpfs filled to its last 256 KB: torch's checkpoint writer (RuntimeError "unexpected pos")
+    and safetensors' model writer (SafetensorError) both become the one disk-full line."""
+    import gigpo.policy.cache as cache
+    import gigpo.train.trainer as trainer
+    from gigpo.train.checkpoint import load_latest
+
+    disk = tmp_path / "disk"
+    args = ["train", "--config", str(SEARCH_TINY), *SMALL, f"output_dir={disk}", "name=full", "train.iterations=2"]
+    run = disk / "full"
+    with tmpfs(disk, "200m"):
+        ballast = []
+        real_save, real_replace = trainer.save_checkpoint, cache.replace_dir_atomic
+
+        def full_at_2(run_dir, iteration, state, **kw):
+            if iteration == 2 and not ballast:
+                ballast.append(fill_disk(disk))
+            return real_save(run_dir, iteration, state, **kw)
+
+        monkeypatch.setattr(trainer, "save_checkpoint", full_at_2)
+        assert main(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == (
+            f"gigpo: disk full while writing {run}/checkpoints/iter_000002: free some space; "
+            f"then continue with: gigpo train --resume {run}"
+        )
+        assert "Traceback" not in "\n".join(err)
+        assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")) == []
+        assert load_latest(run)[0].name == "iter_000001"
+
+        # Space freed, the resume finishes iteration 2; the disk fills again as model/ is written.
+        ballast.pop().unlink()
+        monkeypatch.setattr(trainer, "save_checkpoint", real_save)
+
+        def full_at_model(target, write, **kw):
+            ballast.append(fill_disk(disk))
+            return real_replace(target, write, **kw)
+
+        monkeypatch.setattr(cache, "replace_dir_atomic", full_at_model)
+        assert main(["train", "--resume", str(run)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == (
+            f"gigpo: disk full while writing {run}/model: free some space; "
+            f"then continue with: gigpo train --resume {run}"
+        )
+        assert not (run / "model").exists() and not list(run.glob(".model*"))
+
+        ballast.pop().unlink()
+        monkeypatch.setattr(cache, "replace_dir_atomic", real_replace)
+        assert main(["train", "--resume", str(run)]) == 0
+        assert (run / "model" / "model.safetensors").is_file() and (run / "summary.json").is_file()
+        lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [(x["tag"], x["iteration"]) for x in lines if x["tag"] in ("train", "eval_final")] == [
+            ("train", 1),
+            ("train", 2),
+            ("eval_final", 2),  # evaluated on both resumes, logged once
+        ]
+
+
 def test_unwritable_output_dir_is_one_line(capsys):
     rc = main(["train", "--config", str(SEARCH_TINY), *SMALL, "output_dir=/sys/gigpo-test"])
     err = capsys.readouterr().err.strip()
     assert rc == 1 and err.startswith("gigpo: cannot write /sys/gigpo-test") and "writable output_dir" in err
     assert "\n" not in err
+
+
+def _tags_at(run, iteration):
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return sorted(x["tag"] for x in lines if x["iteration"] == iteration and x["tag"] != "guard")
+
+
+@pytest.mark.slow
+def test_a_resume_after_a_kill_in_iteration_1_logs_eval_before_and_val_once(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = tmp_path / "twice"
+    extra = ["train.iterations=1", "log.eval_before=true", "guard.val_every=1", "guard.val_tasks=1"]
+    killed = subprocess.run(
+        train_cmd(tmp_path, "twice", extra),
+        env=dict(env, GIGPO_DEBUG_SIGKILL_AT="1:after_rollout"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert _tags_at(run, 0) == ["eval_before", "val"]
+    r = subprocess.run(
+        [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "held-out eval before training" in r.stdout  # the resume did evaluate again...
+    assert _tags_at(run, 0) == ["eval_before", "val"]  # ...and its line replaced the first one
+    assert _tags_at(run, 1) == ["eval_final", "train"]

@@ -29,6 +29,53 @@ def test_resume_after_drops_later_lines(tmp_path):
     assert [(x["iteration"], x["x"]) for x in lines] == [(1, 1.0), (2, 2.0), (3, 9.0)]
 
 
+def _lines(tmp_path):
+    return [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_resume_never_writes_a_tag_and_iteration_twice(tmp_path):
+    # A run killed after its eval_final line but before summary.json: the resume evaluates again.
+    lg = MetricsLogger(tmp_path, tensorboard=False)
+    lg.log({"eval/success": 0.1}, iteration=0, tag="eval_before")
+    lg.log({"x": 1.0}, iteration=1, tag="train")
+    lg.log({"event": "rollback"}, iteration=1, tag="guard")
+    lg.log({"event": "lr"}, iteration=1, tag="guard")
+    lg.log({"eval/success": 0.5}, iteration=1, tag="eval_final")
+    lg.close()
+    lg = MetricsLogger(tmp_path, resume_after=1, tensorboard=False)
+    lg.log({"eval/success": 0.6}, iteration=1, tag="eval_final")
+    lg.close()
+    lines = _lines(tmp_path)
+    assert [(x["tag"], x["iteration"]) for x in lines] == [
+        ("eval_before", 0),
+        ("train", 1),
+        ("guard", 1),
+        ("guard", 1),  # guard lines may repeat: several events at one iteration
+        ("eval_final", 1),
+    ]
+    assert lines[-1]["eval/success"] == 0.6  # the new line replaced the old one
+    # ...and the file written by an older gigpo, doubled already, is repaired on the next resume
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in [lines[0], lines[1], lines[0] | {"eval/success": 0.2}])
+    )
+    MetricsLogger(tmp_path, resume_after=1, tensorboard=False).close()
+    assert [(x["tag"], x["iteration"], x.get("eval/success")) for x in _lines(tmp_path)] == [
+        ("train", 1, None),
+        ("eval_before", 0, 0.2),
+    ]
+
+
+def test_a_line_logged_again_in_one_process_replaces_the_first(tmp_path):
+    lg = MetricsLogger(tmp_path, tensorboard=False)
+    lg.log({"val/success": 0.1}, iteration=0, tag="val")
+    lg.log({"x": 1.0}, iteration=1, tag="train")
+    lg.log({"val/success": 0.3}, iteration=0, tag="val")
+    lg.log({"x": 2.0}, iteration=2, tag="train")  # appending goes on after a rewrite
+    lg.close()
+    assert [(x["tag"], x["iteration"]) for x in _lines(tmp_path)] == [("train", 1), ("val", 0), ("train", 2)]
+    assert not (tmp_path / "metrics.tmp").exists()
+
+
 def test_iteration_summary_marks_absent_kl_and_entropy():
     from gigpo.train.logging import iteration_summary
 

@@ -502,8 +502,9 @@ def _user_error(e: BaseException) -> tuple[int, str]:
 
     if isinstance(e, (ServerError, LaunchError)):
         return 1, f"{e}{resume}"
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return 1, f"disk full while writing {e.filename or 'the run'}: free some space{resume}"
+    if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device (os error 28)" in str(e):
+        # the second: safetensors' SafetensorError from a writer gigpo.policy.cache does not wrap
+        return 1, f"disk full while writing {getattr(e, 'filename', None) or 'the run'}: free some space{resume}"
     if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         what = "read-only file system" if e.errno == errno.EROFS else "permission denied"
         return 1, (

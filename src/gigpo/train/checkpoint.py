@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from gigpo.learner.distributed import Dist
+from gigpo.policy.cache import disk_full, enospc
 
 _NAME = re.compile(r"iter_\d{6}")
 
@@ -120,24 +121,26 @@ def _save_checkpoint(run_dir, iteration: int, state: dict[str, Any], keep: int, 
     tmp.mkdir()
     payload = dict(state, iteration=iteration, rng=rng_state())
     try:
-        # A file object, not a path: torch then reports a full disk as OSError(ENOSPC), not a RuntimeError.
         with open(tmp / "state.pt", "wb") as f:
             torch.save(payload, f)
         (tmp / "state.sha256").write_text(_sha256(tmp / "state.pt") + "\n")
         for name in ("state.pt", "state.sha256"):  # on disk before `latest` can name them
             _fsync(tmp / name)
-    except BaseException:
+    except BaseException as e:
+        # torch's zip writer hides a full disk's ENOSPC (even given a file object): RuntimeError
+        # "[enforce fail at inline_container.cc] unexpected pos". Ask the file system before the
+        # half-written file is removed, and report it as the OSError it is.
+        full = disk_full(e, tmp, need=_nbytes(payload))
         shutil.rmtree(tmp, ignore_errors=True)  # frees the space a half-written file took
+        if full:
+            raise enospc(final) from e
         raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     if best:
         pin_best(run_dir, final.name)
-    latest_tmp = ckdir / f".latest-{os.getpid()}"
-    latest_tmp.write_text(final.name)
-    _fsync(latest_tmp)
-    os.replace(latest_tmp, ckdir / "latest")
+    _write_pointer(ckdir / f".latest-{os.getpid()}", final.name, ckdir / "latest")
     _fsync(ckdir)
     # Drop old complete checkpoints beyond ``keep`` (never the one just written, never the best).
     pinned = best_checkpoint(run_dir)
@@ -153,10 +156,29 @@ def pin_best(run_dir: str | Path, name: str) -> None:
     ckdir = Path(run_dir) / "checkpoints"
     if not _NAME.fullmatch(name) or not (ckdir / name).is_dir():
         raise CheckpointError(f"cannot pin {name!r}: not a checkpoint dir of {ckdir}")
-    tmp = ckdir / f".best-{os.getpid()}"
-    tmp.write_text(name)
-    _fsync(tmp)
-    os.replace(tmp, ckdir / "best")
+    _write_pointer(ckdir / f".best-{os.getpid()}", name, ckdir / "best")
+
+
+def _write_pointer(tmp: Path, name: str, dest: Path) -> None:
+    """Replace the pointer file ``dest`` by one naming ``name``, via ``tmp`` (removed if it fails)."""
+    try:
+        tmp.write_text(name)
+        _fsync(tmp)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _nbytes(obj) -> int:
+    """The bytes of the tensors in ``obj`` (nested dicts, lists, tuples): what saving it takes."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
 
 
 def best_checkpoint(run_dir: str | Path) -> Path | None:
@@ -226,20 +248,37 @@ def load_latest(run_dir: str | Path) -> tuple[Path, dict] | None:
     first = _pointer(ckdir)
     dirs = sorted((p for p in ckdir.iterdir() if p.is_dir() and _NAME.fullmatch(p.name)), reverse=True)
     order = ([first] if first is not None else []) + [p for p in dirs if p != first]
-    errors = []
+    errors: list[tuple[Path, str]] = []
     for p in order:
         try:
             state = load_checkpoint(p)
         except CheckpointError as e:
-            errors.append(str(e))
+            errors.append((p, str(e)))
             warnings.warn(f"skipping checkpoint {p.name}: {e}", stacklevel=2)
             continue
         if errors:
-            warnings.warn(f"resuming from the older checkpoint {p.name} (iteration {state['iteration']})", stacklevel=2)
+            warnings.warn(
+                f"resuming from {p.name} (iteration {state['iteration']}): {_unusable(errors, p, dirs)}", stacklevel=2
+            )
         return p, state
     if not order:
         return None
-    raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(errors))
+    raise CheckpointError(f"no usable checkpoint in {ckdir}: " + "; ".join(e for _, e in errors))
+
+
+def _unusable(errors: list[tuple[Path, str]], used: Path, dirs: list[Path]) -> str:
+    """The skipped checkpoints, each named for what it is next to ``used``: "the newest checkpoint
+    iter_000002 is unusable: <why>" (newer than ``used``, or older but named by ``latest``)."""
+    newest = dirs[0].name if dirs else None
+    parts = []
+    for p, why in errors:
+        if p.name == newest:
+            parts.append(f"the newest checkpoint {p.name} is unusable: {why}")
+        elif p.name > used.name:
+            parts.append(f"the newer checkpoint {p.name} is unusable: {why}")
+        else:  # older than the one used: tried first because `latest` named it
+            parts.append(f"checkpoint {p.name}, which checkpoints/latest names, is unusable: {why}")
+    return "; ".join(parts)
 
 
 def check_world(saved: int | None, dist: Dist, path) -> None:

@@ -80,23 +80,48 @@ def tb_tag(tag: str, key: str) -> str:
     return f"{tag}/{key}"
 
 
-def _lines_up_to(path: Path, last_iteration: int) -> tuple[list[str], int]:
-    """The lines of iterations <= ``last_iteration``, and how many lines were not a JSON record."""
-    keep, torn = [], 0
+# Tags a run may log more than once at one iteration (several guard events); every other tag
+# (train, eval, eval_before, eval_final, eval_last, val) is one line per iteration at most.
+_REPEATABLE = frozenset({"guard"})
+
+
+def _key(record: dict) -> tuple | None:
+    """The (tag, iteration) a line must be the only one of, or None for a repeatable tag."""
+    tag = record.get("tag")
+    return None if tag in _REPEATABLE else (tag, record.get("iteration", 0))
+
+
+def _lines_up_to(path: Path, last_iteration: int | None) -> tuple[list[str], int, set]:
+    """The lines of iterations <= ``last_iteration`` (all when None), the last of each (tag,
+    iteration) only; how many lines were not a JSON record; the (tag, iteration) keys kept."""
+    records, torn = [], 0
     for raw in path.read_bytes().splitlines():
         if not raw.strip():
             continue
         try:
             line = raw.decode("utf-8")
-            it = json.loads(line).get("iteration", 0)
+            rec = json.loads(line)
+            it = rec.get("iteration", 0)
             if not isinstance(it, int):
                 raise ValueError(it)
         except (ValueError, AttributeError):  # torn mid-line or mid-character, or not a record
             torn += 1
             continue
-        if it <= last_iteration:
-            keep.append(line)
-    return keep, torn
+        if last_iteration is None or it <= last_iteration:
+            records.append((_key(rec), line))
+    last = {k: i for i, (k, _) in enumerate(records) if k is not None}
+    keep = [line for i, (k, line) in enumerate(records) if k is None or last[k] == i]
+    return keep, torn, set(last)
+
+
+def _rewrite(path: Path, lines: list[str]) -> None:
+    """Replace ``path`` by ``lines`` atomically (a kill leaves the old or the new file)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(ln + "\n" for ln in lines))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 class MetricsLogger:
@@ -104,7 +129,10 @@ class MetricsLogger:
 
     Each line: ``{"iteration": int, "tag": "train" | "eval" | "eval_before" | "eval_final", ...}``.
     ``resume_after=k`` drops lines of iterations > k first (a run killed after logging but before
-    its checkpoint would otherwise log that iteration twice).
+    its checkpoint would otherwise log that iteration twice). No (tag, iteration) is ever in the
+    file twice, except for ``guard`` lines: a line logged again at its iteration (a resumed run
+    re-evaluating ``eval_before`` at 0, or ``eval_final`` after a kill before ``summary.json``)
+    replaces the old one (the file is rewritten atomically; this is rare).
     """
 
     def __init__(
@@ -122,17 +150,16 @@ class MetricsLogger:
         for note in check_loggers(SimpleNamespace(tensorboard=tensorboard, wandb_project=wandb_project)):
             say_once("tensorboard", note)
         self.path = Path(run_dir) / "metrics.jsonl"
+        self._keys: set = set()  # the (tag, iteration) of the file's non-repeatable lines
         if resume_after is not None and self.path.exists():
-            keep, torn = _lines_up_to(self.path, resume_after)
+            keep, torn, self._keys = _lines_up_to(self.path, resume_after)
             if torn:
                 warnings.warn(
                     f"{self.path}: dropped {torn} unparsable line(s) (a write cut short by a kill); "
                     "the iterations after the checkpoint are logged again",
                     stacklevel=2,
                 )
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(ln + "\n" for ln in keep))
-            os.replace(tmp, self.path)
+            _rewrite(self.path, keep)
         elif resume_after is None and self.path.exists():
             self.path.unlink()  # a fresh run in an old dir starts a fresh log
         self._f = open(self.path, "a", encoding="utf-8")
@@ -160,9 +187,22 @@ class MetricsLogger:
     def log(self, metrics: dict, *, iteration: int, tag: str) -> None:
         line = {"iteration": iteration, "tag": tag}
         line.update({k: v for k, v in ((k, _plain(v)) for k, v in metrics.items()) if v is not _DROP})
-        self._f.write(json.dumps(line) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        key = _key(line)
+        if key in self._keys:  # logged again (a resume redoing it): the new line replaces the old
+            self._f.close()
+            keep = [
+                ln
+                for ln in _lines_up_to(self.path, None)[0]
+                if _key(json.loads(ln)) != key  # only whole records survive _lines_up_to
+            ]
+            _rewrite(self.path, keep + [json.dumps(line)])
+            self._f = open(self.path, "a", encoding="utf-8")
+        else:
+            self._f.write(json.dumps(line) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        if key is not None:
+            self._keys.add(key)
         scalars = {k: v for k, v in line.items() if isinstance(v, (int, float)) and k != "iteration"}
         if self._tb is not None:
             for k, v in scalars.items():

@@ -236,12 +236,15 @@ def run_sft(cfg, out_dir: Path, *, progress: bool = True) -> dict:
 
 def build_sft_dir(cfg, out: str | Path, *, progress: bool = True) -> tuple[Path, dict | None]:
     """``(out, stats)``: run SFT into a temporary sibling and rename it to ``out``, so a killed SFT
-    leaves no ``out`` that a later run would take for a finished model. A complete ``out`` is
-    reused (stats None); an incomplete one is refused, never trained over or loaded."""
-    from gigpo.policy.cache import build_atomic
+    leaves no ``out`` that a later run would take for a finished model (and the next call removes
+    its temporary). A complete ``out`` is reused (stats None); an incomplete one is refused, never
+    trained over or loaded."""
+    from gigpo.policy.cache import build_atomic, remove_stale_temporaries
     from gigpo.policy.load import model_dir_problems
 
     out = Path(out)
+    # A killed SFT's temporary dir (a model's worth of disk) goes now, not a live build's (its lock is held).
+    remove_stale_temporaries(out)
     if out.exists():
         missing = model_dir_problems(out)
         if missing:
