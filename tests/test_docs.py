@@ -80,7 +80,9 @@ def test_every_shipped_config_runs_a_documented_builtin_family():
 
     builtin = {s.name for s in BUILTIN}
     table = _section((ROOT / "docs" / "architecture.md").read_text(), "## Environments")
-    configs = sorted((ROOT / "configs").glob("*.yaml"))
+    # template_family.yaml is the starting point for a new family (docs/extending.md runs it with
+    # its example plug-in), not a built-in one
+    configs = sorted(p for p in (ROOT / "configs").glob("*.yaml") if not p.name.startswith("template_"))
     assert configs
     for path in configs:
         family = yaml.safe_load(path.read_text())["env"]["family"]
