@@ -554,3 +554,111 @@ def test_check_run_checks_the_model_device_env_and_trainability():
             check_run(load_config(base, extra))
     # eval: prompting agents are fine
     check_run(load_config(base, ["agent.mode=react", "rollout.prompt=full", "env.history_length=2"]), train=False)
+
+
+# --------------------------------------------------------------------------- task counts, devices, names
+
+
+@pytest.fixture
+def echo_family(monkeypatch):
+    """The test plug-in family echo (100 tasks a split; more are silently not made), registered
+    for the test only."""
+    from gigpo.envs import spec as spec_mod
+
+    saved = spec_mod._state()
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent / "data" / "plugin_family"))
+    yield [
+        "env.family=echo",
+        f"env.family_module={Path(__file__).resolve().parent / 'data/plugin_family/gigpo_echo_family'}",
+    ]
+    spec_mod._restore(saved)
+    sys.modules.pop("gigpo_echo_family", None)
+
+
+def test_check_run_counts_the_run_tasks_against_the_split(echo_family):
+    """Each count the run draws is checked against what the family makes, naming the keys and the
+    count there is: more eval tasks than the eval split has (refused by webshop, silently cut by a
+    plug-in), eval plus validation tasks, too many train tasks, validation taking the whole split."""
+    from gigpo.train.checks import check_run
+
+    shop, quiet = "configs/webshop_tiny.yaml", ["guard.val_every=0"]
+    for extra, message in (
+        (["env.eval_tasks=600", *quiet], r"env\.eval_tasks: 600 eval tasks asked for, but webshop has 500 in its eval"),
+        (
+            ["env.eval_tasks=480", "guard.val_every=1", "guard.val_tasks=32"],
+            r"env\.eval_tasks \+ guard\.val_tasks: .* 512 eval-split tasks, but webshop has 500; lower",
+        ),
+        (
+            ["env.eval_tasks=0", "guard.val_every=1", "guard.val_tasks=500"],
+            r"guard\.val_tasks: env\.eval_tasks=0 .* webshop has 500 eval-split task\(s\), which leaves none",
+        ),
+        (["env.train_tasks=5000", *quiet], r"env\.train_tasks: 5000 train tasks asked for, but webshop has 4500"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            check_run(load_config(shop, extra))
+    # gigpo eval draws no validation tasks: the same eval count is fine there, too many is not
+    check_run(load_config(shop, ["env.eval_tasks=480", "guard.val_every=1", "guard.val_tasks=32"]), train=False)
+    with pytest.raises(ConfigError, match=r"env\.eval_tasks: 600 eval tasks asked for"):
+        check_run(load_config(shop, ["env.eval_tasks=600"]), train=False)
+    # a family that makes fewer than asked without a word: 150 asked, 100 made
+    echo = [*echo_family, "sft.enabled=false", "env.history_length=1", "guard.val_every=0"]
+    with pytest.raises(ConfigError, match=r"env\.eval_tasks: 150 eval tasks asked for, but echo has 100 in its eval"):
+        check_run(load_config(None, [*echo, "env.eval_tasks=150"]))
+    check_run(load_config(None, [*echo, "env.eval_tasks=100"]))
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ("{dim: 2}", r"sokoban dim must be at least 3x3"),
+        ("{dim: [6]}", r"sokoban dim must be an int or \[height, width\]"),
+        ("{num_boxes: 99}", r"sokoban num_boxes must be an int from 1 to 15 in a 6x6 room"),
+        ("{num_boxes: 12}", r"sokoban task options dim=6, num_boxes=12: no 6x6 room with 12 boxes"),
+        ("{search_depth: 0}", r"sokoban search_depth must be an int >= 1"),
+    ],
+)
+def test_sokoban_task_options_it_cannot_generate_are_config_errors(kwargs, message):
+    from gigpo.envs import make_tasks
+    from gigpo.train.checks import check_run
+
+    cfg = load_config("configs/sokoban_tiny.yaml", [f"env.task_kwargs={kwargs}"])
+    with pytest.raises(ValueError, match=message):  # the family's own call: a ValueError
+        make_tasks("sokoban", "train", n=2, **cfg.env.task_kwargs)
+    with pytest.raises(ConfigError, match=r"env\.task_kwargs: sokoban train tasks cannot be made with .*" + message):
+        check_run(cfg)
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ("env.task_kwargs.num_products=3", r"num_products must be >= 10, got 3"),
+        ("env.task_kwargs.num_products=many", r"webshop num_products must be an int, got 'many'"),
+        ("env.task_kwargs.data_dir=/nonexistent/webshop", r"WebShop data not found in /nonexistent/webshop"),
+    ],
+)
+def test_webshop_task_options_it_rejects_are_config_errors(extra, message):
+    from gigpo.train.checks import check_run
+
+    with pytest.raises(ConfigError, match=r"env\.task_kwargs: webshop train tasks cannot be made with .*" + message):
+        check_run(load_config("configs/webshop_tiny.yaml", [extra]))
+
+
+@pytest.mark.parametrize("device", ["xpu", "meta", "xla:0"])
+def test_model_device_is_one_gigpo_runs_on(device):
+    from gigpo.train.checks import check_run
+
+    cfg = load_config("configs/sokoban_tiny.yaml", [f"model.device={device}"])
+    with pytest.raises(ConfigError, match=rf"model\.device: '{device}' is not a .*use model\.device=auto, cpu, cuda"):
+        check_run(cfg)
+    with pytest.raises(ConfigError, match=r"model\.device"):
+        check_run(cfg, train=False)
+    check_run(load_config("configs/sokoban_tiny.yaml", ["model.device=cpu"]))
+
+
+def test_a_run_name_is_bounded_so_the_set_aside_suffix_fits():
+    cfg = load_config(None, ["name=" + "n" * 200])
+    assert len(cfg.name) == 200
+    with pytest.raises(ConfigError, match=r"name: must be at most 200 bytes .* got 300"):
+        load_config(None, ["name=" + "n" * 300])
+    with pytest.raises(ConfigError, match=r"name: must be at most 200 bytes .* got 202"):
+        load_config(None, ["name=" + "é" * 101])  # bytes, not characters

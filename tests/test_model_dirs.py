@@ -141,3 +141,71 @@ def test_sft_without_any_expert_demonstration_is_one_line(cache, tmp_path, capsy
     line = _one_gigpo_line(capsys.readouterr().err)
     assert "no expert demonstrations" in line and "env.max_steps=1" in line and "sft.episodes" in line
     assert not out.exists() and not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------------- damaged or mismatched model dirs
+
+
+def _copy_dir(cache, d: Path) -> Path:
+    shutil.copytree(tiny_path(cache_dir=str(cache)), d)
+    return d
+
+
+def _truncate(f: Path) -> None:
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        ("tokenizer.json", r"the tokenizer in .* cannot be loaded \(.*\): a truncated or damaged tokenizer file"),
+        ("model.safetensors", r"model\.safetensors' is truncated or damaged .* bytes, but its header describes"),
+    ],
+)
+def test_a_truncated_tokenizer_or_weight_file_is_one_line_before_anything_loads(
+    cache, tmp_path, capsys, damage, message
+):
+    d = _copy_dir(cache, tmp_path / "m")
+    _truncate(d / damage)
+    assert main(_eval_args(cache, d)) == 2
+    captured = capsys.readouterr()
+    line = _one_gigpo_line(captured.err)
+    assert line.startswith("gigpo: config error: model.name_or_path: ") and re.search(message, line), line
+    assert captured.out == ""
+    with pytest.raises(ModelDirError, match=message):  # the library call, without the CLI
+        load_policy(str(d), device="cpu")
+
+
+def test_a_config_json_of_another_architecture_than_the_weights_is_refused(cache, tmp_path, capsys):
+    """config.json says BERT over Qwen2 weights: every weight would be missing and the model random;
+    gigpo eval used to score it and exit 0."""
+    import json
+
+    d = _copy_dir(cache, tmp_path / "m")
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    assert main(_eval_args(cache, d)) == 2
+    captured = capsys.readouterr()
+    line = _one_gigpo_line(captured.err)
+    assert "config.json describes a 'bert' model" in line and "are not in the weight files" in line, line
+    assert "'model.embed_tokens.weight'" in line and "randomly initialised" in line and captured.out == ""
+    # load_policy itself refuses what transformers reports as mostly missing (output_loading_info)
+    with pytest.raises(
+        ModelDirError, match=r"of the \d+ weights of the BertLMHeadModel .* are not in its weight files"
+    ):
+        load_policy(str(d), device="cpu")
+    # the untouched copy passes both
+    from gigpo.train.checks import check_model_path
+
+    good = _copy_dir(cache, tmp_path / "good")
+    check_model_path(str(good))
+    load_policy(str(good), device="cpu")
+
+
+def test_a_hub_id_not_in_the_local_cache_is_one_line(cache, capsys):
+    assert main(_eval_args(cache, "org/typo")) == 2
+    captured = capsys.readouterr()
+    line = _one_gigpo_line(captured.err)
+    assert "model.name_or_path: 'org/typo' is not a local directory and not in the local Hugging Face cache" in line
+    assert "downloads nothing at run time" in line and "hf download org/typo" in line and captured.out == ""

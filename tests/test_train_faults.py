@@ -128,6 +128,10 @@ def test_stale_temporary_checkpoints_are_removed_on_start(run_copy):
         (["env.task_kwargs.nonsense=1"], "nonsense"),
         (["model.name_or_path=/nonexistent/model"], "does not exist"),
         (["model.device=gpu0"], "model.device"),
+        (["model.device=xpu"], "model.device: 'xpu' is not a device gigpo"),
+        (["model.name_or_path=org/typo"], "not in the local Hugging Face cache"),
+        (["guard.val_every=1", "guard.val_tasks=5000"], r"env.eval_tasks \+ guard.val_tasks: .* search has 1581"),
+        (["env.train_tasks=100000"], "env.train_tasks: 100000 train tasks asked for, but search has 5459"),
     ],
 )
 def test_bad_kwargs_model_or_device_fail_before_the_run_dir_exists(tmp_path, extra, match):
@@ -226,3 +230,69 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(run_copy):
         tr = Trainer(_cfg(run_copy.parent, extra=["train.iterations=2"]), resume=True)
     tr.close()
     assert tr.iteration == 1
+
+
+def test_resume_with_an_unusable_device_writes_nothing(run_copy, capsys):
+    before = _snapshot(run_copy)
+    rc = main(["train", "--resume", str(run_copy), "model.device=xpu"])
+    line = capsys.readouterr().err.strip()
+    assert rc == 2 and line.startswith("gigpo: config error: model.device: 'xpu'") and "\n" not in line, line
+    assert _snapshot(run_copy) == before and not (run_copy / "config.resumed.yaml").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_resume_refuses_switching_lora_which_the_checkpoint_cannot_load(run_copy, capsys, force):
+    before = _snapshot(run_copy)
+    rc = main(["train", "--resume", str(run_copy), "model.lora=true", *(["--force"] if force else [])])
+    line = capsys.readouterr().err.strip()
+    assert rc == 2 and line.startswith("gigpo: config error: model.lora: ") and "False -> True" in line, line
+    assert "\n" not in line and _snapshot(run_copy) == before
+
+
+# --------------------------------------------------------------------------- one line instead of a traceback
+
+
+def test_output_dir_under_a_regular_file_is_one_line_before_anything_is_written(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    for out, name, key in ((f, "r", "output_dir"), (f / "runs", "r", "output_dir"), (tmp_path, "notes.txt", "name")):
+        rc = main(["train", "--config", str(SEARCH_TINY), *TINY, f"output_dir={out}", f"name={name}"])
+        line = capsys.readouterr().err.strip()
+        assert rc == 2 and line.startswith(f"gigpo: config error: {key}: {str(f)!r} is a file, not a directory"), line
+        assert "\n" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"] and f.read_text() == "mine\n"
+
+
+def test_a_300_character_name_is_one_line_and_user_error_survives_enametoolong(tmp_path, capsys):
+    import errno
+
+    from gigpo import cli
+
+    rc = main(["train", "--config", str(SEARCH_TINY), *TINY, f"output_dir={tmp_path}", "name=" + "x" * 300])
+    line = capsys.readouterr().err.strip()
+    assert rc == 2 and line.startswith("gigpo: config error: name: must be at most 200 bytes") and "\n" not in line
+    assert not any(tmp_path.iterdir())
+    # The handler itself looks for a checkpoint in the run dir, whose path may be what failed.
+    long_dir = tmp_path / ("x" * 300)
+    err = OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), str(long_dir))
+    cli._RUN_DIR[:] = [long_dir]
+    try:
+        code, msg = cli._user_error(err)
+        assert code == 2 and "the name is too long" in msg and "output_dir=" in msg
+        code, msg = cli._user_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", str(tmp_path / "f" / "r")))
+        assert code == 2 and "a part of it is a file, not a directory" in msg
+    finally:
+        cli._RUN_DIR.clear()
+
+
+def test_running_out_of_memory_is_one_line_with_the_resume_command(run_copy):
+    from gigpo import cli
+
+    cli._RUN_DIR[:] = [run_copy]
+    try:
+        for e in (MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+            code, msg = cli._user_error(e)
+            assert code == 1 and msg.startswith(f"out of memory ({type(e).__name__}): lower env.tasks_per_iter")
+            assert msg.endswith(f"then continue with: gigpo train --resume {run_copy}") and "\n" not in msg
+    finally:
+        cli._RUN_DIR.clear()

@@ -484,7 +484,10 @@ def _user_error(e: BaseException) -> tuple[int, str]:
 
     from gigpo.train.checkpoint import latest_checkpoint
 
-    resumable = bool(_RUN_DIR) and latest_checkpoint(_RUN_DIR[0]) is not None
+    try:  # the run dir itself may be what failed (ENOTDIR, ENAMETOOLONG): no hint then
+        resumable = bool(_RUN_DIR) and latest_checkpoint(_RUN_DIR[0]) is not None
+    except OSError:
+        resumable = False
     resume = f"; then continue with: gigpo train --resume {_RUN_DIR[0]}" if resumable else ""
     if isinstance(e, KeyboardInterrupt):
         return 130, "interrupted" + (f" (resume with: gigpo train --resume {_RUN_DIR[0]})" if resumable else "")
@@ -510,6 +513,15 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         return 1, (
             f"cannot write {e.filename or 'the output'} ({what}): choose a writable output_dir=... "
             "(or fix the permissions)"
+        )
+    if isinstance(e, OSError) and e.errno in (errno.ENOTDIR, errno.ENAMETOOLONG):
+        what = "a part of it is a file, not a directory" if e.errno == errno.ENOTDIR else "the name is too long"
+        return 2, f"cannot create {e.filename or 'the output'} ({what}): choose another output_dir=... or name=..."
+    torch = sys.modules.get("torch")  # loaded by then when it ran out of device memory
+    if isinstance(e, MemoryError) or (torch is not None and isinstance(e, torch.OutOfMemoryError)):
+        return 1, (
+            f"out of memory ({type(e).__name__}): lower env.tasks_per_iter, env.group_size or "
+            f"rollout.max_response_tokens, or use a smaller model{resume}"
         )
     if isinstance(e, FileNotFoundError):
         return 2, str(e)

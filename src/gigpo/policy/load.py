@@ -66,6 +66,141 @@ def check_model_dir(path: str | os.PathLike, name: str | None = None) -> None:
         )
 
 
+def safetensors_keys(f: Path) -> list[str]:
+    """The tensor names in ``f``'s header, after checking that the file holds every byte the
+    header describes (reads the header only); ``ModelDirError`` for a truncated or damaged file."""
+    import json
+    import struct
+
+    size = f.stat().st_size
+    damaged = f"{str(f)!r} is truncated or damaged (a killed save or a partial copy?); re-copy it"
+    with open(f, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ModelDirError(f"{damaged}: {size} bytes, no safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(size - 8, 100 * 2**20):
+            raise ModelDirError(f"{damaged}: its header claims {n} bytes, the file has {size}")
+        try:
+            header = json.loads(fh.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise ModelDirError(f"{damaged}: unreadable safetensors header ({e})") from None
+    if 8 + n + end > size:
+        raise ModelDirError(f"{damaged}: {size} bytes, but its header describes {8 + n + end}")
+    return [k for k in header if k != "__metadata__"]
+
+
+def weight_keys(path: str | os.PathLike) -> list[str] | None:
+    """Check the weight files of model dir ``path`` cheaply (safetensors headers, the zip
+    directory of ``.bin`` files; no tensor is read) and return the model weights' names (None when
+    only ``.bin`` weights, whose names need unpickling). Raises ``ModelDirError`` when a file is
+    truncated or an index names a shard that is not there."""
+    import json
+    import zipfile
+
+    p = Path(path)
+    index = p / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ModelDirError(f"{str(index)!r} is damaged ({type(e).__name__}: {e}); re-copy it") from None
+        gone = [s for s in shards if not (p / s).is_file()]
+        if gone:
+            raise ModelDirError(f"{str(index)!r} names weight file(s) that are missing: {', '.join(gone)}")
+    keys: list[str] = []
+    for f in sorted(p.glob("*.safetensors")):
+        names = safetensors_keys(f)
+        if f.name.startswith("model"):  # adapter_model.safetensors etc. are not the model's
+            keys += names
+    for f in sorted(p.glob("*.bin")):
+        with open(f, "rb") as fh:
+            zipped = fh.read(2) == b"PK"  # torch.save's zip format (a legacy pickle is not checked)
+        if zipped and not zipfile.is_zipfile(f):  # the zip directory is at the end: a cut file lacks it
+            raise ModelDirError(
+                f"{str(f)!r} is truncated or damaged ({f.stat().st_size} bytes, no zip directory at its end; "
+                "a killed save or a partial copy?); re-copy it"
+            )
+    return keys or None
+
+
+def architecture_problem(path: str | os.PathLike, keys: list[str]) -> str | None:
+    """Why ``config.json``'s architecture does not fit the weights named ``keys`` (most of the
+    weights the config's model expects are not in the files: it would be randomly initialised),
+    or None. The model is built on the meta device: no memory, no weights read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the build's advice (e.g. BERT's is_decoder) is not the user's
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as e:  # noqa: BLE001 - any failure here is the model dir's, named with its cause
+        msg = " ".join(str(e).split())[:300]
+        return f"config.json does not describe a causal LM transformers can build ({type(e).__name__}: {msg})"
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    expected = set(model.state_dict())
+    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+
+    def strip(k: str) -> str:  # weights saved from the base model lack its prefix; both forms load
+        return k[len(prefix) :] if prefix and k.startswith(prefix) else k
+
+    have = {strip(k) for k in keys}
+    missing = [k for k in expected if strip(k) not in have]
+    if expected and len(missing) * 2 > len(expected):
+        model_type = getattr(config, "model_type", "?")
+        return (
+            f"config.json describes a {model_type!r} model ({type(model).__name__}), but {len(missing)} of its "
+            f"{len(expected)} weights are not in the weight files (e.g. {sorted(missing)[0]!r}; the files hold "
+            f"e.g. {sorted(keys)[0]!r}): config.json and the weights are of different models, and the model "
+            "would be randomly initialised; copy the config.json that came with the weights"
+        )
+    return None
+
+
+def load_tokenizer(path: str | os.PathLike, name: str | None = None):
+    """The tokenizer of model dir ``path``; ``ModelDirError`` when it cannot be loaded (a truncated
+    file) or is not a usable vocabulary (a placeholder of a handful of tokens)."""
+    from transformers import AutoTokenizer
+
+    what = f"model {name or str(path)!r}"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception for a damaged file
+        raise ModelDirError(
+            f"{what}: the tokenizer in {path} cannot be loaded ({type(e).__name__}: {' '.join(str(e).split())[:300]}): "
+            "a truncated or damaged tokenizer file? copy the base model's tokenizer files"
+        ) from None
+    if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
+        raise ModelDirError(
+            f"{what}: the tokenizer in {path} has only {len(tokenizer)} token(s), not a usable "
+            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files"
+        )
+    return tokenizer
+
+
+def check_model_files(path: str | os.PathLike, name: str | None = None) -> None:
+    """Everything ``load_policy`` will read from model dir ``path``, checked without loading a
+    weight: the files are there (``check_model_dir``), the weight files are whole, the tokenizer
+    loads, and ``config.json``'s architecture matches the weights. Raises ``ModelDirError``."""
+    check_model_dir(path, name)
+    what = f"model {name or str(path)!r}"
+    try:
+        keys = weight_keys(path)
+    except ModelDirError as e:
+        raise ModelDirError(f"{what}: {e}") from None
+    load_tokenizer(path, name)
+    if keys and (Path(path) / "config.json").is_file():
+        problem = architecture_problem(path, keys)
+        if problem:
+            raise ModelDirError(f"{what}: {problem}")
+
+
 def resolve_device(device: str = "auto") -> str:
     """``auto`` -> ``cuda`` when available, else ``cpu``; anything else is passed through."""
     import torch
@@ -165,6 +300,21 @@ def resolve_path(name_or_path: str, cache_dir: str | None = None, *, tiny=None) 
     return _hub_path(name_or_path, None)
 
 
+def refuse_random_init(model, info: dict, name: str, path: str) -> None:
+    """``ModelDirError`` when ``from_pretrained``'s loading ``info`` reports most of ``model``'s
+    weights missing: the checkpoint is of another architecture than ``config.json`` says, and the
+    model would run randomly initialised (transformers only warns)."""
+    missing = list(info.get("missing_keys") or ())
+    total = len(model.state_dict())
+    if total and len(missing) * 2 > total:
+        raise ModelDirError(
+            f"model {name!r}: {len(missing)} of the {total} weights of the {type(model).__name__} that "
+            f"{path}/config.json describes are not in its weight files (e.g. {sorted(missing)[0]!r}): "
+            "config.json and the weights are of different models, and the model would be randomly "
+            "initialised; copy the config.json that came with the weights"
+        )
+
+
 def apply_lora(model, lora: dict[str, Any]):
     """Wrap ``model`` with a peft LoRA adapter; only the adapter's parameters stay trainable.
 
@@ -226,22 +376,23 @@ def load_policy(
         The tokenizer always has a pad token (EOS when the model defines none).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     path = resolve_path(name_or_path, cache_dir, tiny=tiny)
     check_model_dir(path, name_or_path)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    if len(tokenizer) < MIN_VOCAB:  # e.g. a copied tokenizer_config.json without the vocabulary
-        raise ModelDirError(
-            f"model {name_or_path!r}: the tokenizer in {path} has only {len(tokenizer)} token(s), "
-            "not a usable "
-            "vocabulary (a partial or placeholder tokenizer?): copy the base model's tokenizer files"
-        )
+    try:
+        weight_keys(path)  # a truncated weight file: one message, not safetensors' deserialisation error
+    except ModelDirError as e:
+        raise ModelDirError(f"model {name_or_path!r}: {e}") from None
+    tokenizer = load_tokenizer(path, name_or_path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    model, info = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch_dtype, local_files_only=True, output_loading_info=True
+    )
+    refuse_random_init(model, info, name_or_path, path)
     if lora is not None:
         # Wrap on CPU so the adapter's random init draws from the (seeded) CPU generator only.
         with torch.random.fork_rng(devices=[]):
@@ -283,14 +434,16 @@ def load_critic(
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = AutoModelForTokenClassification.from_pretrained(
+            model, info = AutoModelForTokenClassification.from_pretrained(
                 path,
                 config=config,
                 dtype=resolve_dtype(dtype, dev),
                 local_files_only=True,
+                output_loading_info=True,
             )
     finally:
         hf_logging.set_verbosity(verbosity)
+    refuse_random_init(model, info, name_or_path, path)
     model.to(dev)
     model.eval()
     return model

@@ -360,11 +360,14 @@ class AgentConfig(Section):
         _choice(self.mode, "agent.mode", MODES)
 
 
+NAME_MAX = 200  # bytes of a run name: 255 per path component, less the set-aside suffix
+
+
 @dataclass
 class Config(Section):
     TITLE = "the run"
 
-    name: str = F("run", "run name: outputs go to <output_dir>/<name>/")
+    name: str = F("run", f"run name: outputs go to <output_dir>/<name>/ (at most {NAME_MAX} bytes)")
     output_dir: str = F("runs", "parent directory of run directories")
     seed: int = F(0, "seed for everything (task sampling, generation, init)", ge=0, le=SEED_MAX)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -407,6 +410,12 @@ class Config(Section):
             bool(self.name) and self.name not in (".", "..") and not any(c in self.name for c in "/\\"),
             "name",
             f"must be a plain directory name (not empty, '.', '..', no '/' or '\\'), got {self.name!r}",
+        )
+        _check(
+            len(self.name.encode()) <= NAME_MAX,
+            "name",
+            f"must be at most {NAME_MAX} bytes (a file name has 255 at most, and a run set aside takes a "
+            f"'-<date>-<time>' suffix), got {len(self.name.encode())}: {self.name[:40]!r}...",
         )
         if self.rollout.prompt == "observation":
             self._check_observation_prompt()

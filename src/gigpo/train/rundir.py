@@ -32,9 +32,15 @@ RUN_DEFINING = (
     "algorithm.mode",
     "algorithm.anchor",
     "model.name_or_path",
+    "model.lora",
     "seed",
     "sft.",
 )
+# Run-defining keys that even --force cannot change: the checkpoint cannot be loaded after it.
+RESUME_FIXED = {
+    "model.lora": "the checkpoint holds the weights of a model {old_lora} LoRA adapters, which a model {new_lora} "
+    "them cannot load",
+}
 
 
 class RunDirLocked(RuntimeError):
@@ -162,6 +168,15 @@ def resume_changes(run_dir: Path, cfg: Config, *, force: bool) -> list[dict]:
         for k, v in new.items()
         if k not in ("name", "output_dir") and old.get(k) != v
     ]
+    for c in changes:
+        if c["key"] in RESUME_FIXED:
+            why = RESUME_FIXED[c["key"]].format(
+                old_lora="with" if c["old"] else "without", new_lora="with" if c["new"] else "without"
+            )
+            raise ConfigError(
+                f"{c['key']}: a resumed run cannot change it ({c['old']!r} -> {c['new']!r}), not even with "
+                f"--force: {why}; start a new run (or resume with {c['key']}={json.dumps(c['old'])})"
+            )
     defining = [c for c in changes if c["key"] in RUN_DEFINING or c["key"].startswith("sft.")]
     if defining and not force:
         c = defining[0]

@@ -31,11 +31,34 @@ def layout_split(floor: frozenset[int], targets, width: int) -> str:
     return "eval" if h % EVAL_FRACTION == 0 else "train"
 
 
+def _int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
 def _dims(dim) -> tuple[int, int]:
-    if isinstance(dim, int):
-        return (dim, dim)
-    h, w = dim
-    return (int(h), int(w))
+    """``dim`` as (height, width); ``ValueError`` unless it is one int or two, each at least 3."""
+    hw = (dim, dim) if _int(dim) else tuple(dim) if isinstance(dim, (list, tuple)) else ()
+    if len(hw) != 2 or not all(_int(x) for x in hw):
+        raise ValueError(f"sokoban dim must be an int or [height, width] (border included, e.g. 6), got {dim!r}")
+    h, w = int(hw[0]), int(hw[1])
+    if h < 3 or w < 3:
+        raise ValueError(f"sokoban dim must be at least 3x3 (a walled border around floor), got {dim!r}")
+    return (h, w)
+
+
+def _check_options(h: int, w: int, num_boxes, search_depth, num_gen_steps, solver_max_nodes) -> None:
+    """``ValueError`` naming the option a room of ``h`` x ``w`` cannot be generated with."""
+    inner = (h - 2) * (w - 2)  # floor cells at most: the border is wall
+    if not _int(num_boxes) or not 1 <= num_boxes <= inner - 1:
+        raise ValueError(
+            f"sokoban num_boxes must be an int from 1 to {inner - 1} in a {h}x{w} room ({inner} floor cells "
+            f"at most, one is the player's), got {num_boxes!r}"
+        )
+    for name, v in (("search_depth", search_depth), ("solver_max_nodes", solver_max_nodes)):
+        if not _int(v) or v < 1:
+            raise ValueError(f"sokoban {name} must be an int >= 1, got {v!r}")
+    if num_gen_steps is not None and (not _int(num_gen_steps) or num_gen_steps < 1):
+        raise ValueError(f"sokoban num_gen_steps must be an int >= 1 or null (the default), got {num_gen_steps!r}")
 
 
 def make_tasks(
@@ -66,13 +89,17 @@ def make_tasks(
     if n < 0:
         raise ValueError(f"n must be >= 0 (or None for the default {DEFAULT_SIZES[split]}), got {n}")
     h, w = _dims(dim)
+    _check_options(h, w, num_boxes, search_depth, num_gen_steps, solver_max_nodes)
     task_type = f"{h}x{w}-{num_boxes}box"
     accept = lambda floor, targets: layout_split(floor, targets, w) == split  # noqa: E731
     tasks, seen = [], set()
     for i in range(n):
         for attempt in range(_MAX_ATTEMPTS):
             rng = np.random.default_rng([seed, _SPLIT_CODE[split], i, attempt])
-            level = generate_level(rng, (h, w), num_boxes, search_depth, num_gen_steps, accept_layout=accept)
+            try:
+                level = generate_level(rng, (h, w), num_boxes, search_depth, num_gen_steps, accept_layout=accept)
+            except RuntimeError as e:  # no layout fits these options: theirs to change
+                raise ValueError(f"sokoban task options dim={dim!r}, num_boxes={num_boxes}: {e}") from None
             grid = level.render()
             if grid in seen or level.boxes == level.targets:
                 continue
@@ -81,7 +108,7 @@ def make_tasks(
                 continue
             break
         else:
-            raise RuntimeError(
+            raise ValueError(
                 f"no new solvable {task_type} room for {split} task {i} after {_MAX_ATTEMPTS} "
                 f"attempts; the split may be exhausted: ask for fewer tasks or a larger dim"
             )

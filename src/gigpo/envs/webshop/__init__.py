@@ -43,6 +43,9 @@ def make_tasks(
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    for name, v in (("num_products", num_products), ("catalog_seed", catalog_seed)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"webshop {name} must be an int, got {v!r}")
     spec = dict(data_dir=data_dir, seed=catalog_seed, num_products=num_products, human_goals=human_goals)
     catalog = resolve_catalog(**spec)
     idx = catalog.split_indices(split)
