@@ -145,7 +145,7 @@ def cmd_train(argv) -> int:
         action="store_true",
         help="with --resume: allow changing run-defining keys "
         "(env.*, algorithm.estimator/mode, model.name_or_path, seed, sft.*); recorded in "
-        "RUN_DIR/config_changes.jsonl",
+        "RUN_DIR/config_changes.jsonl (model.lora can never change: the checkpoint holds one kind of model)",
     )
     p.add_argument(
         "--dry-run",

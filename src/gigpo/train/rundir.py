@@ -154,9 +154,10 @@ def _flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def resume_changes(run_dir: Path, cfg: Config, *, force: bool) -> list[dict]:
+def resume_changes(run_dir: Path, cfg: Config, *, force: bool, record: bool = True) -> list[dict]:
     """Compare ``cfg`` with the run's saved config; run-defining changes need ``force`` and are
-    appended to ``config_changes.jsonl``. Returns every changed key as {key, old, new}."""
+    appended to ``config_changes.jsonl`` (unless ``record`` is false: the check alone, made before
+    the run dir is locked). Returns every changed key as {key, old, new}."""
     from gigpo.train.config import load_config
 
     base = run_dir / "config.resumed.yaml"
@@ -186,7 +187,7 @@ def resume_changes(run_dir: Path, cfg: Config, *, force: bool) -> list[dict]:
             "it defines the run. Start a new run, or pass --force to resume anyway (the change "
             "is recorded in config_changes.jsonl)"
         )
-    if defining:
+    if defining and record:
         with open(run_dir / "config_changes.jsonl", "a", encoding="utf-8") as f:
             f.write(
                 json.dumps(

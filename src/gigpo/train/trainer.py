@@ -75,7 +75,7 @@ class Trainer:
         ``make_generator``: ``(model, tokenizer) -> Generator`` that samples the rollouts from the
         trained ``model`` (default ``HFGenerator``; docs/extending.md, "Add a model backend")."""
         from gigpo.train.checks import check_run
-        from gigpo.train.rundir import open_run_dir
+        from gigpo.train.rundir import open_run_dir, resume_changes
 
         self.cfg, self.run_dir, self.make_generator = cfg, cfg.run_dir, make_generator
         # Every check of the config against this machine and launch, before the run dir changes.
@@ -83,6 +83,8 @@ class Trainer:
         torch.set_num_threads(cfg.train.torch_threads)
         self.dist = Dist.from_env(cfg.train.distributed, cfg.model.device, cfg.train.dist_timeout_min)
         seeds.seed_all(cfg.seed)
+        if resume and self.dist.is_main:  # a refused change must leave the run dir untouched
+            resume_changes(self.run_dir, cfg, force=force, record=False)
         # A new run never appends to or overwrites an old one: the old one is kept, renamed.
         self._lock = open_run_dir(self.run_dir, resume=resume) if self.dist.is_main else None
         self._say(f"run directory: {self.run_dir}")
