@@ -4,6 +4,7 @@ output dir. Each run either finishes or stops with one clear line, and no finish
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -257,3 +258,78 @@ def test_a_resume_after_a_kill_in_iteration_1_logs_eval_before_and_val_once(tmp_
     assert "held-out eval before training" in r.stdout  # the resume did evaluate again...
     assert _tags_at(run, 0) == ["eval_before", "val"]  # ...and its line replaced the first one
     assert _tags_at(run, 1) == ["eval_final", "train"]
+
+
+FAULTY_FAMILY = """
+from gigpo.envs import FamilySpec, Task
+
+
+class FaultyEnv:
+    family = "faulty"
+
+    def reset(self, task):
+        return "a room", {"won": False, "score": 0.0, "admissible_actions": ["wait"]}
+
+    def step(self, action):
+        raise RuntimeError("the engine crashed")
+
+    def expert_action(self):
+        return "wait"
+
+    def close(self):
+        pass
+
+
+def make_env():
+    return FaultyEnv()
+
+
+def make_tasks(split, n=None, seed=0):
+    tasks = [Task("faulty", f"{split}-{i}", split, "faulty", {}) for i in range(20)]
+    return tasks if n is None else tasks[:n]
+
+
+FAMILY_SPEC = FamilySpec(
+    name="faulty",
+    module=__name__,
+    system_prompt="You are an agent.",
+    action_format="Give one admissible action inside <action> </action>.",
+    default_history=0,
+    fallback_tail=10,
+    expert_reason=lambda action: "I wait.",
+)
+"""
+
+
+def test_a_run_whose_episodes_all_fault_stops_with_one_line(tmp_path, capsys):
+    """Every episode ends in an env fault: the run stops after the iteration with one ``gigpo:``
+    line naming the first error and the resume command, not a traceback."""
+    module = tmp_path / "faulty_family.py"
+    module.write_text(FAULTY_FAMILY)
+    template = Path(__file__).resolve().parents[1] / "configs" / "template_family.yaml"
+    rc = main(
+        [
+            "train",
+            "--config",
+            str(template),
+            "env.family=faulty",
+            f"env.family_module={module}",
+            "sft.enabled=false",
+            "log.eval_before=false",
+            "guard.val_every=0",
+            "env.tasks_per_iter=2",
+            "env.group_size=2",
+            "env.eval_tasks=2",
+            "rollout.max_response_tokens=8",
+            "log.progress=false",
+            "log.tensorboard=false",
+            f"output_dir={tmp_path}",
+            "name=faulty",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    m = re.match(r"gigpo: (\d+) of (\d+) episodes in iteration 1 ended in env faults", err[-1])
+    assert m and m.group(1) == m.group(2)  # every episode, dynamic sampling's extra rounds included
+    assert "the engine crashed" in err[-1] and f"--resume {tmp_path / 'faulty'}" in err[-1]
+    assert not any("Traceback" in x for x in err)

@@ -478,6 +478,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
     import yaml
 
     from gigpo.train.checkpoint import CheckpointError
+    from gigpo.train.collect import RunStopped
     from gigpo.train.config import ConfigError
     from gigpo.train.rundir import RunDirLocked
     from gigpo.train.sft import SFTError
@@ -499,7 +500,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         return 2, f"config file is not valid YAML: {' '.join(str(e).split())}"
     if isinstance(e, CheckpointError):
         return 1, f"checkpoint error: {e}"
-    if isinstance(e, (RunDirLocked, SFTError)):
+    if isinstance(e, (RunDirLocked, SFTError, RunStopped)):
         return 1, str(e)
     from gigpo.train.serving import LaunchError, ServerError
 
