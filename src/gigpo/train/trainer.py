@@ -343,7 +343,9 @@ class Trainer:
         result: dict = {}
         cfg, started = self.cfg, best_checkpoint(self.run_dir) is not None  # checkpoint 0 follows eval_before
         if started and cfg.log.eval_before:  # a resumed run evaluated its start in an earlier process
-            result["before"] = logged_line(self.run_dir, "eval_before")
+            before = logged_line(self.run_dir, "eval_before")
+            if before is not None:
+                result["before"] = before
         elif cfg.log.eval_before and self.iteration == 0:
             self._say(f"held-out eval before training: {len(self.eval_pool)} tasks ...")
             result["before"] = self.evaluate("eval_before")
