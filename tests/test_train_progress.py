@@ -98,3 +98,35 @@ def test_dry_run_checks_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
     assert main([*args, "env.kwargs.no_such_option=1"]) == 2  # what a run refuses, the dry run refuses
     assert "env.kwargs" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_the_saved_models_table_shows_each_models_own_validation_success(capsys):
+    """The last model delivered within guard.select_margin_se of the best is labelled with its own
+    validation success, not the best's."""
+    from types import SimpleNamespace
+
+    from gigpo.train.guards import Watchdog
+    from gigpo.train.logging import print_model_table
+    from gigpo.train.selection import choose_delivered, model_val
+
+    guard = SimpleNamespace(
+        val_every=5, select_margin_se=2.0, watchdog=True, val_drop=0.5, train_drop=1.0, entropy_floor=0, patience=2
+    )
+    wd = Watchdog(guard, select_by_val=True)
+    for it, success in ((0, 0.281), (5, 0.5), (10, 0.469)):
+        wd.observe_val(it, success)
+    chosen = choose_delivered(wd, guard, 10, 32, None)
+    assert chosen.iteration == 10 and chosen.note  # within two standard errors of the best
+    val = model_val(wd, {"model": 10})
+    assert val == {10: 0.469}
+    print_model_table({"model": 10}, {"after": {"eval/success": 0.6}}, val=val)
+    out = capsys.readouterr().out
+    assert "validation success 0.469" in out and "0.500" not in out
+
+    strict = SimpleNamespace(**{**vars(guard), "select_margin_se": 0.0})
+    wd2 = Watchdog(strict, select_by_val=True)
+    for it, success in ((0, 0.281), (5, 0.5), (10, 0.469)):
+        wd2.observe_val(it, success)
+    chosen = choose_delivered(wd2, strict, 10, 32, None)
+    assert chosen.iteration == 5
+    assert model_val(wd2, {"model": 5, "model_last": 10}) == {5: 0.5, 10: 0.469}

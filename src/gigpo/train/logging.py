@@ -275,9 +275,10 @@ def print_eval_comparison(before: dict, after: dict) -> None:
 
 
 def print_model_table(
-    models: dict, result: dict, *, best_val=None, rollbacks: int = 0, stop_reason: str | None = None
+    models: dict, result: dict, *, val: dict | None = None, rollbacks: int = 0, stop_reason: str | None = None
 ) -> None:
-    """Which iteration each saved model dir comes from, with its held-out success."""
+    """Which iteration each saved model dir comes from, with its held-out success and, where it was
+    validated, its own validation success (``val``: iteration -> validation success)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -285,12 +286,18 @@ def print_model_table(
     for c in ("dir", "iteration", "held-out success", "note"):
         t.add_column(c)
     after, last = result.get("after") or {}, result.get("last") or {}
-    note = "best by validation" if "model_last" in models else "last"
-    if best_val is not None:
-        note += f" (validation success {best_val:.3f})"
-    t.add_row("model/", str(models["model"]), f"{after.get('eval/success', float('nan')):.3f}", note)
+    val = val or {}
+
+    def note(kind: str, it: int) -> str:
+        return kind + (f" (validation success {val[it]:.3f})" if it in val else "")
+
+    kind = "best by validation" if "model_last" in models else "last"
+    t.add_row(
+        "model/", str(models["model"]), f"{after.get('eval/success', float('nan')):.3f}", note(kind, models["model"])
+    )
     if "model_last" in models:
-        t.add_row("model_last/", str(models["model_last"]), f"{last.get('eval/success', float('nan')):.3f}", "last")
+        it = models["model_last"]
+        t.add_row("model_last/", str(it), f"{last.get('eval/success', float('nan')):.3f}", note("last", it))
     Console().print(t)
     if rollbacks:
         print(

@@ -89,8 +89,9 @@ def write_run_end(trainer, result: dict, models: dict, selection: str, model_pat
     run_dir, pt, wd = trainer.run_dir, trainer.phase_times, trainer.watchdog
     if "before" in result:
         print_eval_comparison(result["before"], result["after"])
-    best_val = wd.best_val if trainer.cfg.guard.val_every else None
-    print_model_table(models, result, best_val=best_val, rollbacks=wd.rollbacks, stop_reason=trainer.stop_reason)
+    print_model_table(
+        models, result, val=model_val(wd, models), rollbacks=wd.rollbacks, stop_reason=trainer.stop_reason
+    )
     write_json(run_dir / "phases.json", pt)
     print("wall seconds per phase: " + ", ".join(f"{k} {v:.0f}" for k, v in pt.items()), flush=True)
     if "model_last" not in models and (run_dir / "model_last").exists():
@@ -98,6 +99,18 @@ def write_run_end(trainer, result: dict, models: dict, selection: str, model_pat
     write_summary(run_dir, trainer, result, models, selection)
     print(f"trained model: {model_path} (iteration {models['model']})", flush=True)
     write_report(run_dir)
+
+
+def model_val(watchdog, models: dict) -> dict:
+    """Validation success of each saved model that was validated: the best's and the last's, each
+    its own (iteration -> success)."""
+    out = {}
+    if watchdog.best_iteration is not None and watchdog.best_val > float("-inf"):
+        out[watchdog.best_iteration] = watchdog.best_val
+    if watchdog.last_val is not None:
+        it, success = watchdog.last_val
+        out[int(it)] = success
+    return {it: v for it, v in out.items() if it in models.values()}
 
 
 def write_report(run_dir: Path) -> Path | None:
