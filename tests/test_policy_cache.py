@@ -145,8 +145,11 @@ def test_a_replace_killed_between_its_renames_gets_the_old_copy_back(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
-def test_the_cli_calls_an_unwrapped_safetensors_disk_full_one_line():
+def test_the_cli_calls_an_unwrapped_safetensors_disk_full_one_line(monkeypatch):
+    from gigpo import cli
     from gigpo.cli import _user_error
+
+    monkeypatch.setattr(cli, "_RUN_DIR", [])  # no run in progress (an earlier test may have left one)
 
     code, msg = _user_error(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
     assert (code, msg) == (1, "disk full while writing the run: free some space")

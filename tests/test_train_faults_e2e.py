@@ -255,8 +255,10 @@ def test_a_resume_after_a_kill_in_iteration_1_logs_eval_before_and_val_once(tmp_
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "held-out eval before training" in r.stdout  # the resume did evaluate again...
-    assert _tags_at(run, 0) == ["eval_before", "val"]  # ...and its line replaced the first one
+    assert "resumed from iteration 0" in r.stdout
+    assert "held-out eval before training" not in r.stdout  # the start is not evaluated again...
+    assert "before vs after training" in r.stdout  # ...its logged result makes the table
+    assert _tags_at(run, 0) == ["eval_before", "val"]
     assert _tags_at(run, 1) == ["eval_final", "train"]
 
 
