@@ -105,11 +105,13 @@ def policy_gradient_loss(
     dual_clip_c: float = 3.0,
     agg_mode: str = "token-mean",
     norm: Norm | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PGStats]:
     """Clipped surrogate with separate low/high clip and dual clip for A < 0.
 
     logp, old_logp, mask: [B, L]; advantages: [B, L] (a row's scalar broadcast over its tokens)
-    or [B] (broadcast here).
+    or [B] (broadcast here). ``token_weights`` [B, L] (no gradient): each token's surrogate is
+    multiplied by it (decoupled PPO's behaviour importance weight, ``behaviour_weights``).
     """
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logp)
@@ -121,6 +123,8 @@ def policy_gradient_loss(
     l3 = -advantages * dual_clip_c
     dual = torch.minimum(l3, clipped)
     per_token = torch.where(advantages < 0, dual, clipped)
+    if token_weights is not None:
+        per_token = per_token * token_weights
     with torch.no_grad():
         stats = PGStats(
             clipfrac=float(masked_mean((l2 > l1).float(), mask)),
@@ -141,6 +145,7 @@ def gspo_loss(
     clip_high: float = 4e-4,
     agg_mode: str = GSPO_AGG_MODE,
     norm: Norm | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PGStats]:
     """GSPO's clipped surrogate with the sequence-level ratio (Zheng et al., arXiv:2507.18071).
 
@@ -167,6 +172,8 @@ def gspo_loss(
     l1 = -advantages * ratio
     l2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(l1, l2)
+    if token_weights is not None:
+        per_token = per_token * token_weights
     with torch.no_grad():
         # Per row the clipped branch is all or nothing (one ratio, one advantage), so the mean over
         # rows with tokens of each row's clipped share is the share of sequences clipped.
@@ -198,6 +205,8 @@ def actor_loss(
     kl_coef: float = 0.0,
     policy_loss: str = "ppo",
     norm: Norm | None = None,
+    behav_logp: torch.Tensor | None = None,
+    behav_weight_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict]:
     """The full actor loss of one micro-batch: its share of the mini-batch's loss under ``norm``
     (the mini-batch's counts, ``agg_loss``), or its own loss without one.
@@ -206,7 +215,15 @@ def actor_loss(
     ``dual_clip_c`` and needs ``agg_mode`` = ``GSPO_AGG_MODE``).
     Returns (loss scalar, metrics dict with pg_loss, entropy, kl (shares like the loss), clipfrac,
     clipfrac_lower, approx_kl, kl_k3 (this micro-batch's own means)).
+
+    ``behav_logp``: the log-probs of the policy that sampled the rows when it is not ``old_logp``'s
+    (rows sampled some updates ago, ``train.off_policy_steps``): decoupled PPO, where ``old_logp``
+    is the proximal policy and every token's term is weighted by ``behaviour_weights``; the metrics
+    then add ``behav_weight_mean``, ``behav_weight_max``, ``behav_truncated`` and ``behav_kl_k3``.
     """
+    weights, behav = None, dict[str, float]()
+    if behav_logp is not None:
+        weights, behav = behaviour_weights(old_logp, behav_logp, mask, behav_weight_cap)
     if policy_loss == "ppo":
         pg, st = policy_gradient_loss(
             logp,
@@ -218,10 +235,19 @@ def actor_loss(
             dual_clip_c=dual_clip_c,
             agg_mode=agg_mode,
             norm=norm,
+            token_weights=weights,
         )
     elif policy_loss == "gspo":
         pg, st = gspo_loss(
-            logp, old_logp, advantages, mask, clip_low=clip_low, clip_high=clip_high, agg_mode=agg_mode, norm=norm
+            logp,
+            old_logp,
+            advantages,
+            mask,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            agg_mode=agg_mode,
+            norm=norm,
+            token_weights=weights,
         )
     else:
         raise ValueError(f"unknown policy_loss {policy_loss!r}; use one of {list(POLICY_LOSSES)}")
@@ -232,7 +258,7 @@ def actor_loss(
         "clipfrac_lower": st.clipfrac_lower,
         "approx_kl": st.approx_kl,
         "kl_k3": st.kl_k3,
-    }
+    } | behav
     if entropy is not None:
         ent = agg_loss(entropy, mask, agg_mode, norm)
         loss = loss - entropy_coef * ent
@@ -242,6 +268,33 @@ def actor_loss(
         loss = loss + kl_coef * kl
         out["kl"] = float(kl.detach())
     return loss, out
+
+
+def behaviour_weights(
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, dict]:
+    """Decoupled PPO's token weights ``min(pi_prox / pi_behav, cap)`` (no gradient) and their
+    statistics.
+
+    The clipped ratio is taken against the proximal policy (the learner's at the start of the
+    update) and the behaviour policy's samples are reweighted to it (Hilton et al., "Batch
+    size-invariance for policy optimization", 2022; AReaL, arXiv:2505.24298). The weight is
+    truncated at ``cap`` as truncated importance sampling does (TIS, Yao et al. 2025; verl's
+    ``tis_imp_ratio_cap`` defaults to 2); AReaL's ``behav_imp_weight_cap`` drops such tokens instead.
+    ``behav_kl_k3``: the masked mean of k3 KL(behav || prox), how far the data is off-policy.
+    """
+    with torch.no_grad():
+        log_w = (prox_logp - behav_logp).clamp(-20.0, 20.0)
+        w = log_w.exp()
+        on = mask > 0
+        n = on.sum().clamp_min(1)
+        stats = {
+            "behav_weight_mean": float((w * on).sum() / n),
+            "behav_weight_max": float(w[on].max()) if bool(on.any()) else 1.0,
+            "behav_truncated": float(((w > cap) & on).sum() / n),
+            "behav_kl_k3": float(((w - 1.0 - log_w) * on).sum() / n),
+        }
+        return w.clamp(max=cap), stats
 
 
 def value_loss(

@@ -142,6 +142,7 @@ def batched_logprobs(
 
 # Metrics of the update that are shares of the step's loss (summed over micro-batches and ranks);
 # the others are micro-batch means, weighted by the micro-batch's response tokens.
+BEHAV_METRICS = ("behav_weight_mean", "behav_weight_max", "behav_truncated", "behav_kl_k3")
 _SHARE_METRICS = ("loss", "pg_loss", "entropy", "kl", "value_loss")
 
 
@@ -248,12 +249,15 @@ class PolicyUpdater:
         token_advantages=None,
         old_values=None,
         returns=None,
+        behav_logp=None,
     ) -> dict:
         """Run ``ppo_epochs`` over the rows; returns averaged metrics (see docs/metrics.md).
         ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None.
         ``token_advantages``: per-row arrays of per-token advantages, used instead of ``advantages``.
         ``old_values``, ``returns``: per-row token arrays, the value head's targets (with
-        ``value_head`` only; then ``value_loss`` and ``vf_clipfrac`` are among the metrics)."""
+        ``value_head`` only; then ``value_loss`` and ``vf_clipfrac`` are among the metrics).
+        ``behav_logp``: per-row arrays, the sampling policy's log-probs when ``old_logp`` is the
+        proximal policy's (decoupled PPO, ``actor_loss``); None: ``old_logp`` sampled the rows."""
         if (self.value_head is not None) != (returns is not None and old_values is not None):
             raise ValueError("old_values and returns are given exactly when the updater has a value_head")
         vt = (old_values, returns) if returns is not None else None
@@ -273,6 +277,7 @@ class PolicyUpdater:
                 adv = np.array([adv[g].mean() for g in groups], dtype=np.float32)
                 old_logp = _mean_rows(old_logp, groups)
                 ref_logp = _mean_rows(ref_logp, groups) if ref_logp is not None else None
+                behav_logp = _mean_rows(behav_logp, groups) if behav_logp is not None else None
         n = len(prompts)
         rng = np.random.default_rng(seed)
         acc: dict[str, list[float]] = defaultdict(list)
@@ -280,7 +285,18 @@ class PolicyUpdater:
         for _epoch in range(cfg.ppo_epochs):
             for rows in weighted_mini_batches(rng.permutation(n), weights, cfg.mini_batch_rows):
                 st = self._step(
-                    rows, prompts, responses, adv, old_logp, ref_logp, acc, allowed, token_advantages, vt, weights
+                    rows,
+                    prompts,
+                    responses,
+                    adv,
+                    old_logp,
+                    ref_logp,
+                    acc,
+                    allowed,
+                    token_advantages,
+                    vt,
+                    weights,
+                    behav_logp,
                 )
                 status[st] += 1
                 if st == "kl":
@@ -309,6 +325,7 @@ class PolicyUpdater:
         token_adv=None,
         vt=None,
         weights=None,
+        behav_logp=None,
     ) -> str:
         """One optimizer step on the mini-batch ``rows`` (this rank's share of it under ``dist``);
         appends the step's metrics to ``acc``. Returns "ok", or why the step was not taken:
@@ -354,6 +371,7 @@ class PolicyUpdater:
                 width = lp.shape[1]
                 old = pad_float_rows(old_logp, idx, width, dev)
                 ref = pad_float_rows(ref_logp, idx, width, dev) if ref_logp is not None else None
+                behav = pad_float_rows(behav_logp, idx, width, dev) if behav_logp is not None else None
                 if token_adv is not None:
                     a = pad_float_rows(token_adv, idx, width, dev)  # (B, L): one advantage per token
                 else:
@@ -374,6 +392,8 @@ class PolicyUpdater:
                     kl_coef=cfg.kl_coef if ref is not None else 0.0,
                     policy_loss=cfg.policy_loss,
                     norm=norm,
+                    behav_logp=behav,
+                    behav_weight_cap=cfg.behav_weight_cap,
                 )
                 if values is not None and vt is not None:
                     vl, m["vf_clipfrac"] = value_loss(
@@ -405,6 +425,7 @@ class PolicyUpdater:
             # entry counts the ranks that saw a non-finite loss, so all skip the step together.
             keys = ["loss", "pg_loss", "clipfrac", "clipfrac_lower", "approx_kl", "kl_k3"]
             keys += ["entropy"] * (cfg.entropy_coef > 0) + ["kl"] * (ref_logp is not None)
+            keys += list(BEHAV_METRICS) * (behav_logp is not None)
             totals = dist.sum([sums.get(k, 0.0) for k in keys] + [0.0 if finite else 1.0])
             finite = totals[-1] == 0.0
             sums = dict(zip(keys, totals[:-1]))
