@@ -37,13 +37,27 @@ def build_generator(cfg: Config, models, run_dir, make_generator=None):
     if make_generator is None and cfg.rollout.backend == "server":
         from gigpo.train.serving import ServerBackend
 
-        server = ServerBackend(cfg, models.model, models.tokenizer, run_dir / "serving")
+        server = ServerBackend(cfg, models.model, models.tokenizer, run_dir / "serving", version=models.version)
         return server.generator, server
     if make_generator is None:
         from gigpo.policy.generate import HFGenerator
 
         make_generator = HFGenerator
     return make_generator(models.full_model, models.tokenizer), None
+
+
+def off_policy_pipeline(cfg: Config, models, model_path: str, generator, collector):
+    """The ``Pipeline`` that samples ``train.off_policy_steps`` iterations ahead of the learner
+    (``gigpo.train.offpolicy``): a sampler process (hf backend) or a collect thread (server)."""
+    import copy
+
+    from gigpo.train.offpolicy import Pipeline, SamplerProcess, SamplerThread
+
+    k, last, model = cfg.train.off_policy_steps, cfg.train.iterations, models.full_model
+    if cfg.rollout.backend == "server":
+        mirror = copy.deepcopy(model).eval().requires_grad_(False)
+        return Pipeline(k, last, model, lambda slots: SamplerThread(collector.collect, generator, mirror, slots))
+    return Pipeline(k, last, model, lambda slots: SamplerProcess(cfg, model_path, slots))
 
 
 class NoLogger:

@@ -433,6 +433,8 @@ class Config(Section):
         )
         if needs_values(self.algorithm.estimator):
             self._check_critic()
+        if self.train.off_policy_steps:
+            self._check_off_policy()
         # More threads than CPUs only oversubscribes (a shared config may ask for 2 on a 1-CPU box);
         # absurd counts crash torch's thread pool, so they are an error.
         cpus = os.cpu_count() or 1
@@ -441,6 +443,28 @@ class Config(Section):
             "train.torch_threads",
             f"{self.train.torch_threads} is far more than the {cpus} CPUs of this machine; set "
             f"train.torch_threads<={cpus}",
+        )
+
+    def _check_off_policy(self) -> None:
+        """Settings that do not fit rollouts sampled while the learner updates."""
+        k = self.train.off_policy_steps
+        _check(
+            not needs_values(self.algorithm.estimator),
+            "train.off_policy_steps",
+            f"{k} needs an estimator without a critic (the critic's values of a rollout would lag it); "
+            f"use train.off_policy_steps=0 with estimator {self.algorithm.estimator!r}",
+        )
+        _check(
+            self.rollout.top_p == 1.0,
+            "train.off_policy_steps",
+            f"{k} weighs each token by the sampler's log-prob, exact only with rollout.top_p=1 (got "
+            f"{self.rollout.top_p}); set rollout.top_p=1",
+        )
+        _check(
+            self.rollout.backend != "server" or k == 1,
+            "train.off_policy_steps",
+            f"{k} with rollout.backend=server: the server holds one policy version at a time, so "
+            "it samples at most one step off; set train.off_policy_steps=1",
         )
 
     def _check_critic(self) -> None:

@@ -115,6 +115,23 @@ class TrainConfig(Section):
         "layer); rank 0 rolls out and evaluates (docs/architecture.md#where-each-rank-does-what)",
         choices=DIST_MODES,
     )
+    off_policy_steps: int = F(
+        0,
+        "rollout and update at the same time: 0 = in series (each iteration trains on rollouts of "
+        "the policy it updates); k >= 1 = the rollouts of iteration i + k are sampled while the "
+        "learner updates on iteration i's, so every task group is sampled by a policy at most k "
+        "updates old (one version per group), trained with decoupled PPO "
+        "(docs/training.md#rollout-and-update-at-the-same-time)",
+        ge=0,
+        le=4,
+    )
+    behav_weight_cap: float = F(
+        2.0,
+        "with off_policy_steps >= 1: each token's importance weight from the sampling policy to "
+        "the learner's policy at the start of the update is truncated at this (truncated "
+        "importance sampling, Yao et al. 2025; verl's default cap is 2)",
+        ge=1,
+    )
     dist_timeout_min: float = F(
         120.0,
         "minutes a rank waits for the others in a collective (they wait while rank 0 rolls out, "

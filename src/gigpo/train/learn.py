@@ -56,7 +56,9 @@ def update_policy(
     """Old / reference log-probs and the policy update on ``batch``; returns (metrics, rows)."""
     from gigpo.learner.update import batched_logprobs
 
-    check_sampled_version(batch, models.version, it)
+    off = cfg.train.off_policy_steps > 0  # versions were checked against the bound when collected
+    if not off:
+        check_sampled_version(batch, models.version, it)
     rows = update_rows(batch, credit.result, cfg.train.skip_zero_advantage_rows)
     lp_kw = dict(
         pad_token_id=models.tokenizer.pad_token_id,
@@ -70,8 +72,12 @@ def update_policy(
     def logprobs(model):
         return on_main(lambda: batched_logprobs(model, rows.prompts, rows.responses, **lp_kw))
 
+    behav = None
     with timer("old_logprob"):
-        old = rows.sampled_logprobs if cfg.rollout.reuse_sampling_logprobs else logprobs(models.full_model)
+        if off:  # decoupled PPO: old = the proximal policy (these weights), behav = the sampler's
+            old, behav = logprobs(models.full_model), rows.sampled_logprobs
+        else:
+            old = rows.sampled_logprobs if cfg.rollout.reuse_sampling_logprobs else logprobs(models.full_model)
     with timer("ref_logprob"):
         ref = logprobs(models.ref_model) if cfg.train.use_kl else None
     with timer("update"):
@@ -90,6 +96,7 @@ def update_policy(
             seed=seeds.iteration_seed(cfg.seed, it, seeds.UPDATE),
             allowed=rows.allowed,
             token_advantages=rows.token_advantages,
+            behav_logp=behav,
             **critic_kw,
         )
         models.changed()

@@ -49,7 +49,11 @@ class RunModels:
 
     def state_dict(self) -> dict:
         """The models' part of a checkpoint (under fsdp every rank gathers)."""
-        out = {"model": self.dist.full_model_state(self.model), "updater": self.updater.state_dict()}
+        out = {
+            "model": self.dist.full_model_state(self.model),
+            "updater": self.updater.state_dict(),
+            "policy_version": self.version,
+        }
         if self.critic is not None:
             out["critic"] = self.critic.state_dict()
             if self.critic_updater is not None:
@@ -59,6 +63,7 @@ class RunModels:
     def resume(self, state: dict, cfg: Config) -> None:
         """Continue from a checkpoint; a resume may change ``train.lr`` and ``critic.lr``."""
         self.load_weights(state["model"])
+        self.version = int(state.get("policy_version", 0))
         self.updater.load_state_dict(state["updater"])
         self.updater.set_lr(cfg.train.lr)
         if self.critic is not None and "critic" in state:

@@ -118,6 +118,8 @@ class Trainer:
         self.envs = factories.grouped_envs(cfg.env, cfg.env.group_size) if main else None
         self.eval_envs = factories.grouped_envs(cfg.env, 1) if main else None
         self.iteration = 0  # iterations completed
+        self.pipeline = None  # train.off_policy_steps: the rollouts in flight (gigpo.train.offpolicy)
+        self._pipeline_state: dict | None = None
         if resume:
             self._restore()
         self.sync_seconds = 0.0
@@ -127,6 +129,12 @@ class Trainer:
         self.collector = Collector(
             cfg, self.train_pool, self.envs, self.agent, self.tokenizer, self._advantages, self.run_dir
         )
+        if main and cfg.train.off_policy_steps:
+            if self.make_generator is not None:
+                raise ValueError("train.off_policy_steps needs the built-in generator (make_generator is set)")
+            self.pipeline = build.off_policy_pipeline(cfg, m, self.model_path, self.generator, self.collector)
+            if self._pipeline_state is not None:
+                self.pipeline.load_state_dict(self._pipeline_state)
         self.evaluator = Evaluator(cfg, self.eval_envs, self.agent, self.tokenizer, self._sampler)
         self.logger = build.build_logger(cfg, self.run_dir, resume_after=self.iteration if resume else None, main=main)
         self.hooks = hooks_from_env()  # planted faults for the reliability tests; none in a normal run
@@ -150,6 +158,7 @@ class Trainer:
             self.watchdog.load_state_dict(state["guard"]["watchdog"])
             self.stop_reason = state["guard"]["stop_reason"]
         set_rng_state(state["rng"])
+        self._pipeline_state = state.get("off_policy")
 
     # ------------------------------------------------------------------ ranks
     def _main_first(self, fn):
@@ -180,7 +189,7 @@ class Trainer:
         with timer("advantage"):
             credit = self.credit(batch, timer)
         m = rollout_phase_metrics(every)
-        reason = self._guard_rollout(it, m)
+        reason = self._guard_rollout(it, m, counters.get("train/staleness", 0))
         upd: dict = {}
         crit: dict = {}
         n_rows = 0
@@ -204,8 +213,11 @@ class Trainer:
 
     def collect(self, it: int):
         """The iteration's rollouts: (everything sampled, the batch to train on, counters). Rank 0
-        rolls out (``gigpo.train.collect.Collector``) and every rank gets the same batches."""
-
+        rolls out (``gigpo.train.collect.Collector``, or the off-policy ``Pipeline``, which also
+        submits a later iteration's) and every rank gets the same batches."""
+        if self.dist.is_main and self.pipeline is not None:
+            p = self.pipeline
+            return self._on_main(lambda: p.collect(it, self.full_model, self.models.version))
         return self._on_main(lambda: self.collector.collect(self._sampler(), it))
 
     def credit(self, batch, timer: PhaseTimer | None = None) -> Credit:
@@ -223,13 +235,16 @@ class Trainer:
         """The rows' advantages: dynamic sampling's signal test."""
         return self.credit(batch).result.advantages
 
-    def _guard_rollout(self, it: int, m: dict) -> str | None:
-        """Feed the rollout (which measured the policy after iteration it-1) to the watchdog before
-        updating on it; returns a rollback reason or None."""
-        improved, reason = self.watchdog.observe_train(it - 1, m.get("rollout/success", 0.0), m["rollout/entropy_est"])
+    def _guard_rollout(self, it: int, m: dict, staleness: int = 0) -> str | None:
+        """Feed the rollout (which measured the policy after iteration it-1, or ``staleness``
+        updates before it) to the watchdog before updating on it; returns a rollback reason or None."""
+        measured = it - 1 - int(staleness)
+        improved, reason = self.watchdog.observe_train(
+            measured, m.get("rollout/success", 0.0), m["rollout/entropy_est"]
+        )
         if improved:
             if self.dist.is_main:
-                pin_best_after(self.run_dir, self.watchdog, it - 1)
+                pin_best_after(self.run_dir, self.watchdog, measured)
             self.watchdog.best_iteration = self.dist.broadcast(self.watchdog.best_iteration)
         return reason
 
@@ -278,6 +293,8 @@ class Trainer:
 
     def _roll_back(self, it: int, reason: str) -> dict:
         ev = roll_back(self.run_dir, self.models, self.watchdog, self.cfg.guard.lr_factor, reason)
+        if self.pipeline is not None:
+            self.pipeline.drain()  # rollouts of the rejected policy are not trained on
         self.stop_reason = ev.get("stop", self.stop_reason)
         stop = f"; stopping: {ev['stop']}" if "stop" in ev else ""
         to, lr = ev["to_iteration"], ev["lr"]
@@ -293,6 +310,8 @@ class Trainer:
 
     def _sampler(self):
         """The generator, synced to the current weights, the model in eval mode (rank 0)."""
+        if self.pipeline is not None:
+            self.pipeline.wait()  # the server backend's server is free of a collect in flight
         self.full_model.eval()  # no dropout while sampling, whatever the generator (the update sets train mode)
         self.sync_generator()
         return self.generator
@@ -405,6 +424,8 @@ class Trainer:
             "world": self.dist.world,  # a resume must run on as many processes
             "distributed": self.dist.mode,
         }
+        if self.pipeline is not None:
+            state["off_policy"] = self.pipeline.state_dict()
         if self.dist.is_main:
             save_checkpoint(self.run_dir, it, state, best=best)
         self.dist.barrier()  # no rank reads a checkpoint (rollback) before it is complete
@@ -427,6 +448,10 @@ class Trainer:
         return path
 
     def close(self) -> None:
+        pipeline = getattr(self, "pipeline", None)
+        if pipeline is not None:
+            pipeline.close()
+            self.pipeline = None
         for e in (getattr(self, "envs", None), getattr(self, "eval_envs", None)):
             getattr(e, "close", lambda: None)()
         server = getattr(self, "server", None)
