@@ -25,7 +25,8 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
     Each line: ``episode_id, traj_id, step, task_id, task_type, won, prompt`` (decoded prompt, only
     with a ``tokenizer``), ``response, action, observation, anchor, reward, done, valid,
     response_tokens``; ``state_anchor`` (the env's state key, ``info["state_anchor"]``) when the batch
-    has them; plus one key per entry of ``advantages`` — a mapping from a name to a
+    has them; ``policy_version`` (the weights version that sampled the row) when the batch records
+    it (``traj_policy_version``); plus one key per entry of ``advantages`` — a mapping from a name to a
     per-row array of length N, e.g. ``{"A_E": ..., "A_S": ..., "A": ..., "step_group": ...}``.
     """
     n = batch.num_rows
@@ -35,6 +36,8 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
         if arr.shape[:1] != (n,):
             raise ValueError(f"advantages[{k!r}] has shape {arr.shape}; it needs one value per row ({n},)")
         adv[k] = arr
+    versions = batch.meta.get("traj_policy_version") or None
+    seen: dict[int, int] = {}  # rows of each trajectory written so far: its rows are in time order
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     # backslashreplace: a lone surrogate in an observation is written as its JSON escape "\\ud800".
     with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
@@ -62,6 +65,9 @@ def write_trajectories_jsonl(batch: StepBatch, path, tokenizer=None, advantages:
             )
             if batch.state_anchor is not None:
                 rec["state_anchor"] = _plain(batch.state_anchor[i])
+            if versions is not None:
+                j = seen[t] = seen.get(t, -1) + 1
+                rec["policy_version"] = _plain(versions[t][j])
             for k, arr in adv.items():
                 rec[k] = _plain(arr[i])
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -7,7 +7,9 @@ Read once when a trainer starts, from environment variables; the loop only calls
   (``after_rollout``, ``after_update``, ``after_log``);
 - ``GIGPO_DEBUG_LR_AT=<iteration>:<lr>`` runs that iteration's update at ``lr`` (a learning-rate
   spike, to show the guards acting on a real collapse; the update's scheduler step restores the
-  configured lr after it).
+  configured lr after it);
+- ``GIGPO_DEBUG_KILL_SAMPLER_AT=<iteration>`` makes the off-policy sampler process
+  (``gigpo.train.offpolicy``) exit as it starts that iteration's collect, once per run.
 """
 
 from __future__ import annotations
@@ -46,3 +48,14 @@ def hooks_from_env(environ=os.environ) -> list[Hook]:
     if environ.get("GIGPO_DEBUG_LR_AT"):
         hooks.append(_lr_at(environ["GIGPO_DEBUG_LR_AT"]))
     return hooks
+
+
+def sampler_fault(run_dir, iteration: int, environ=os.environ) -> None:
+    """Called by the sampler process before each collect: exits it at ``GIGPO_DEBUG_KILL_SAMPLER_AT``'s
+    iteration, the first time only (a marker file in the run directory), as a crash would."""
+    if environ.get("GIGPO_DEBUG_KILL_SAMPLER_AT") != str(iteration):
+        return
+    marker = os.path.join(run_dir, f".sampler-killed-{iteration}")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(17)

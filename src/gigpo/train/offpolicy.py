@@ -34,6 +34,7 @@ import torch
 
 from gigpo.train import seeds
 from gigpo.train.collect import RunStopped
+from gigpo.train.faults import sampler_fault
 
 
 def batch_versions(batch) -> set:
@@ -74,6 +75,7 @@ def _sampler_main(cfg, model_path: str, slots: list, conn) -> None:
             if cmd[0] == "stop":
                 break
             _, it, version = cmd
+            sampler_fault(cfg.run_dir, it)
             try:
                 model.load_state_dict(slots[version % len(slots)])
                 generator.policy_version = version
