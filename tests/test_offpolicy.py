@@ -52,7 +52,8 @@ def test_behaviour_weights_scale_each_token_and_are_truncated_at_the_cap():
     on = old.detach().requires_grad_()
     plain_rows = [actor_loss(on[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1])[0] for i in range(3)]
     dec, _ = actor_loss(on, old, adv, mask, behav_logp=old - shift, behav_weight_cap=2.0)
-    assert float(dec.detach()) == pytest.approx(float(sum(wi * p for wi, p in zip([1.5, 2.0, 1.0], plain_rows)) / 3), rel=1e-6)
+    expected = sum(wi * float(p.detach()) for wi, p in zip([1.5, 2.0, 1.0], plain_rows)) / 3
+    assert float(dec.detach()) == pytest.approx(expected, rel=1e-6)
 
 
 def test_off_policy_settings_that_cannot_work_are_refused_by_name():

@@ -828,8 +828,10 @@ def test_vllm_weight_sync_changes_samples(tiny, vllm, tmp_path):
 
 
 @pytest.mark.slow
-def test_vllm_training_run(vllm, tmp_path):
-    """Two iterations of the small search run sampled by vLLM: finite metrics, weights synced."""
+@pytest.mark.parametrize("off_policy_steps", [0, 1])
+def test_vllm_training_run(vllm, tmp_path, off_policy_steps):
+    """Two iterations of the small search run sampled by vLLM: finite metrics, weights synced; one
+    step off, the second iteration was sampled while the first updated."""
     from gigpo.train.config import load_config
     from gigpo.train.trainer import Trainer
 
@@ -838,6 +840,7 @@ def test_vllm_training_run(vllm, tmp_path):
         [
             *SMALL,
             "train.iterations=2",
+            f"train.off_policy_steps={off_policy_steps}",
             "rollout.backend=server",
             f"rollout.server.urls=[{vllm.url}]",
             f"output_dir={tmp_path}",
@@ -856,7 +859,10 @@ def test_vllm_training_run(vllm, tmp_path):
         assert all(np.isfinite(v) for v in x.values() if isinstance(v, float))
         assert x["train/rows_updated"] > 0 and 0 <= x["rollout/success"] <= 1
         assert x["tokens/response"] > 0
-    assert train[1]["time/weight_sync"] > 0
+    if off_policy_steps:  # iteration 2 was sampled on the start's weights, with iteration 1
+        assert [x["train/staleness"] for x in train] == [0, 1]
+    else:
+        assert train[1]["time/weight_sync"] > 0
     assert os.path.isdir(tmp_path / "run" / "model")
 
 
@@ -1013,3 +1019,39 @@ def test_evaluate_model_with_server_urls(tiny, server):
     m = evaluate_model(cfg)
     assert m["num_trajectories"] == 2 and 0 <= m["success"] <= 1
     assert server.state.completions - n0 >= 2 + 1  # the probe's completion, then >= 1 per episode
+
+
+@pytest.mark.slow
+def test_one_step_off_training_samples_while_it_updates_one_version_per_group(tmp_path):
+    """``train.off_policy_steps=1`` with rollout.backend=server: the server rolls out iteration
+    i + 1 (on the weights before update i) while the learner updates; every trajectory of an
+    iteration carries one version, at most one update old."""
+    from gigpo.train.config import load_config
+    from gigpo.train.trainer import Trainer
+
+    cfg = load_config(
+        SEARCH_TINY,
+        [
+            *SMALL,
+            "train.iterations=3",
+            "train.off_policy_steps=1",
+            "rollout.backend=server",
+            f"rollout.server.vllm_bin={_fake_vllm(tmp_path)}",
+            "rollout.server.start_timeout_s=600",
+            f"output_dir={tmp_path}",
+            "name=run",
+        ],
+    )
+    tr = Trainer(cfg)
+    try:
+        batch_versions = _record_batch_versions(tr)
+        tr.run()
+    finally:
+        tr.close()
+    assert batch_versions == [{0}, {0}, {1}]  # iteration i sampled by update max(0, i - 2)'s weights
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if x.get("tag") == "train"]
+    assert [x["train/staleness"] for x in train] == [0, 1, 1]
+    assert all(x["train/rows_updated"] > 0 and x["actor/behav_kl_k3"] >= 0 for x in train)
+    assert train[1]["time/weight_sync"] > 0  # iteration 2 submitted iteration 3 on update 1's weights
+    assert any(x["tag"] == "eval_final" for x in lines)  # evaluation got the server back after the pipeline

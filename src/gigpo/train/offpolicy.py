@@ -281,6 +281,13 @@ class Pipeline:
             if msg[0] == "done":
                 self.dropped += num_groups(msg[2][1])
 
+    def take_sync_seconds(self) -> float:
+        """Seconds spent bringing the server to a collect's weights since the last call (server backend)."""
+        s = getattr(self.sampler, "sync_seconds", 0.0)
+        if s:
+            self.sampler.sync_seconds = 0.0
+        return s
+
     def wait(self) -> None:
         """Until the sampler is idle (the server backend's server is then free for evaluation)."""
         if isinstance(self.sampler, SamplerThread):

@@ -217,7 +217,9 @@ class Trainer:
         submits a later iteration's) and every rank gets the same batches."""
         if self.dist.is_main and self.pipeline is not None:
             p = self.pipeline
-            return self._on_main(lambda: p.collect(it, self.full_model, self.models.version))
+            out = self._on_main(lambda: p.collect(it, self.full_model, self.models.version))
+            self.sync_seconds += p.take_sync_seconds()
+            return out
         return self._on_main(lambda: self.collector.collect(self._sampler(), it))
 
     def credit(self, batch, timer: PhaseTimer | None = None) -> Credit:
