@@ -168,3 +168,36 @@ def test_best_model_selection_keeps_the_earlier_checkpoint_when_a_later_one_is_w
     assert result["after"]["eval/success"] == finals["eval_final"]["eval/success"]
     # validation tasks are disjoint from the held-out ones
     assert not {t.task_id for t in tr.val_pool} & {t.task_id for t in tr.eval_pool}
+
+
+@pytest.mark.slow
+def test_one_step_off_the_watchdog_rolls_back_and_drops_the_rollouts_in_flight(tmp_path, sft_model, monkeypatch):
+    """With ``train.off_policy_steps=1`` iteration i's rollouts measure the policy of update i - 2:
+    the collapse planted in update 2 shows from iteration 4 on, the rollback then drops the
+    rollouts already sampled by the collapsed policy, and the restored policy samples again."""
+    monkeypatch.setenv("GIGPO_DEBUG_LR_AT", "2:0.05")
+    tr, _, lines, run_dir = _run(
+        tmp_path,
+        sft_model,
+        [
+            "env.group_size=4",
+            "env.tasks_per_iter=4",
+            "train.iterations=6",
+            "guard.patience=2",
+            "train.dynamic_sampling=false",
+            "guard.train_drop=0.2",
+            "guard.lr_factor=0.5",
+            "train.off_policy_steps=1",
+        ],
+    )
+    train = {x["iteration"]: x for x in lines if x["tag"] == "train"}
+    assert [train[i]["train/staleness"] for i in range(1, 7)] == [0, 1, 1, 1, 1, 0]
+    assert train[3]["rollout/invalid_action_rate"] < 0.1  # sampled by update 1, before the spike
+    assert train[4]["rollout/invalid_action_rate"] > 0.5  # the first rollouts of the collapsed policy
+    events = [x for x in lines if x["tag"] == "guard"]
+    assert len(events) == 1 and events[0]["iteration"] == 5 and events[0]["event"] == "rollback"
+    assert train[5]["train/rows_updated"] == 0
+    # iteration 6's rollouts, sampled by the collapsed policy while 5 updated, were dropped and
+    # sampled again from the restored weights (staleness 0: nothing was in flight)
+    assert train[6]["train/groups_stale_dropped"] == 4 and train[5]["train/groups_stale_dropped"] == 0
+    assert train[6]["rollout/invalid_action_rate"] < 0.1 and train[6]["train/rows_updated"] > 0
