@@ -51,11 +51,13 @@ train: setup
 # so that the longest files do not end the run alone (xdist's own order puts files of few tests last).
 PYTEST_PAR ?= -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
-test: setup browser
+# The real-vLLM tests run too: setup-vllm installs vLLM's CPU build first (~2 min, 3.5 GB, once).
+test: setup setup-vllm browser
 	$(BIN)/python -m pytest -q $(PYTEST_PAR) --durations=25
 
-# The real-engine tests of rollout.backend=server (tests/test_policy_server.py -k vllm); `make test`
-# runs them too when .venv-vllm exists and skips them, naming `make setup-vllm`, when it does not.
+# The real-engine tests of rollout.backend=server (tests/test_policy_server.py -k vllm), alone;
+# `make test` runs them with the rest (pytest run by hand skips them, naming `make setup-vllm`,
+# where .venv-vllm is missing).
 test-vllm: setup setup-vllm
 	$(BIN)/python -m pytest -q tests/test_policy_server.py -k vllm
 

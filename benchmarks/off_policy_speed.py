@@ -1,0 +1,103 @@
+"""Wall time per training iteration, rollout and update in series vs at the same time.
+
+For each config, one short ``gigpo train`` run per mode, one after the other (the machine to one
+run): ``train.off_policy_steps=0`` with the config's ``train.torch_threads``, and
+``train.off_policy_steps=K`` with one torch thread for the learner and one for the sampler process.
+Prints, per config and mode, the mean ``time/iteration`` over iterations 2.. (iteration 1 fills the
+pipeline: nothing to overlap yet), its rollout wait and update parts, and the speed-up.
+Evaluation before and after training and validation are switched off; they do not overlap.
+
+Usage: python benchmarks/off_policy_speed.py [--configs A.yaml B.yaml] [--iterations N]
+       [--steps K] [--out DIR] [overrides ...]
+``--out DIR`` keeps the runs; a run already finished there is read again, not rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["log.eval_before=false", "guard.val_every=0", "env.eval_tasks=1", "log.progress=false"]
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def run(config: Path, k: int, iterations: int, out: Path, extra: list[str]) -> list[dict]:
+    name = f"{config.stem}-k{k}"
+    run_dir = out / name
+    lines_path = run_dir / "metrics.jsonl"
+
+    def train_lines():
+        if not lines_path.exists():
+            return []
+        return [x for x in map(json.loads, lines_path.read_text().splitlines()) if x.get("tag") == "train"]
+
+    if len(train_lines()) < iterations:
+        threads = ["train.torch_threads=1"] if k else []
+        cmd = [sys.executable, "-m", "gigpo.cli", "train", "--config", str(config), *QUIET, *threads]
+        cmd += [f"train.iterations={iterations}", f"train.off_policy_steps={k}", f"output_dir={out}", f"name={name}"]
+        cmd += extra
+        if run_dir.exists():
+            cmd = [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run_dir)]
+        print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
+        env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+        subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return train_lines()
+
+
+def summary(lines: list[dict]) -> dict:
+    later = lines[1:] or lines
+
+    def mean(key):
+        return statistics.fmean(x.get(key, 0.0) for x in later)
+
+    return {"iteration": mean("time/iteration"), "rollout": mean("time/rollout"), "update": mean("time/update")}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--configs", nargs="+", default=["configs/alfworld_tiny.yaml", "configs/sokoban_tiny.yaml"])
+    ap.add_argument("--iterations", type=int, default=4, help="iterations per run (the first is not timed)")
+    ap.add_argument("--steps", type=int, default=1, help="train.off_policy_steps of the overlapped runs")
+    ap.add_argument("--out", type=Path, help="keep the runs here (and reuse finished ones)")
+    ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. sft.episodes=100")
+    a = ap.parse_args(argv)
+    if a.iterations < 2:
+        ap.error("--iterations must be at least 2: the first iteration is not timed")
+    out = a.out or Path(tempfile.mkdtemp(prefix="gigpo-offpolicy-"))
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for c in a.configs:
+        config = (ROOT / c) if not Path(c).is_absolute() else Path(c)
+        base = summary(run(config, 0, a.iterations, out, a.overrides))
+        over = summary(run(config, a.steps, a.iterations, out, a.overrides))
+        rows.append((config.name, base, over))
+    print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; mean seconds per iteration over iterations 2..{a.iterations}")
+    print(f"| config | in series: iteration (rollout + update) | {a.steps} step off: iteration (rollout wait + update) | speed-up |")
+    print("|---|---|---|---|")
+    for name, b, o in rows:
+        print(
+            f"| {name} | {b['iteration']:.1f} s ({b['rollout']:.1f} + {b['update']:.1f}) | "
+            f"{o['iteration']:.1f} s ({o['rollout']:.1f} + {o['update']:.1f}) | {b['iteration'] / o['iteration']:.2f}x |"
+        )
+    print(f"runs: {out}")
+
+
+if __name__ == "__main__":
+    main()
