@@ -89,12 +89,14 @@ def main(argv=None) -> None:
         over = summary(run(config, a.steps, a.iterations, out, a.overrides))
         rows.append((config.name, base, over))
     print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; mean seconds per iteration over iterations 2..{a.iterations}")
-    print(f"| config | in series: iteration (rollout + update) | {a.steps} step off: iteration (rollout wait + update) | speed-up |")
+    head = f"| config | in series: iteration (rollout + update) | {a.steps} step off: iteration (wait + update) |"
+    print(head + " speed-up |")
     print("|---|---|---|---|")
     for name, b, o in rows:
         print(
             f"| {name} | {b['iteration']:.1f} s ({b['rollout']:.1f} + {b['update']:.1f}) | "
-            f"{o['iteration']:.1f} s ({o['rollout']:.1f} + {o['update']:.1f}) | {b['iteration'] / o['iteration']:.2f}x |"
+            f"{o['iteration']:.1f} s ({o['rollout']:.1f} + {o['update']:.1f}) | "
+            f"{b['iteration'] / o['iteration']:.2f}x |"
         )
     print(f"runs: {out}")
 
