@@ -46,18 +46,26 @@ def build_generator(cfg: Config, models, run_dir, make_generator=None):
     return make_generator(models.full_model, models.tokenizer), None
 
 
-def off_policy_pipeline(cfg: Config, models, model_path: str, generator, collector):
+def off_policy_pipeline(cfg: Config, models, trainer, state: dict | None):
     """The ``Pipeline`` that samples ``train.off_policy_steps`` iterations ahead of the learner
-    (``gigpo.train.offpolicy``): a sampler process (hf backend) or a collect thread (server)."""
+    (``gigpo.train.offpolicy``): a sampler process (hf backend) or a collect thread (server);
+    ``state``: a checkpoint's, whose collects in flight it submits again."""
     import copy
 
     from gigpo.train.offpolicy import Pipeline, SamplerProcess, SamplerThread
 
+    if trainer.make_generator is not None:
+        raise ValueError("train.off_policy_steps needs the built-in generator (make_generator is set)")
     k, last, model = cfg.train.off_policy_steps, cfg.train.iterations, models.full_model
     if cfg.rollout.backend == "server":
         mirror = copy.deepcopy(model).eval().requires_grad_(False)
-        return Pipeline(k, last, model, lambda slots: SamplerThread(collector.collect, generator, mirror, slots))
-    return Pipeline(k, last, model, lambda slots: SamplerProcess(cfg, model_path, slots))
+        gen, collect = trainer.generator, trainer.collector.collect
+        pipeline = Pipeline(k, last, model, lambda slots: SamplerThread(collect, gen, mirror, slots))
+    else:
+        pipeline = Pipeline(k, last, model, lambda slots: SamplerProcess(cfg, trainer.model_path, slots))
+    if state is not None:
+        pipeline.load_state_dict(state)
+    return pipeline
 
 
 class NoLogger:

@@ -164,3 +164,24 @@ def rss_gb() -> float:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
         return peak / (2**30 if sys.platform == "darwin" else 2**20)
+
+
+def iteration_metrics(trainer, batch, credit, upd: dict, crit: dict, n_rows: int, counters: dict, timer) -> dict:
+    """The iteration's ``train`` line past the rollout's own metrics: the update's (``actor/*``,
+    ``critic/*``), credit, counters, tokens, phase times and memory."""
+    m = {f"actor/{k}": v for k, v in upd.items()}
+    if trainer.critic is not None:
+        m |= critic_metrics(credit.values, credit.result.token_returns)
+        m |= {f"critic/{k}": v for k, v in crit.items()}
+    m |= credit_metrics(batch, credit, trainer.cfg.algorithm.anchor) | counters
+    m |= {"train/rows_updated": n_rows, "guard/rollbacks": trainer.watchdog.rollbacks}
+    if trainer.server is not None:
+        m["rollout/server_restarts"] = trainer.server.restarts
+    m |= {"guard/lr_scale": trainer.updater.lr_scale} | token_metrics(batch) | timer.times
+    m["system/rss_gb"] = rss_gb()
+    dist = trainer.dist
+    if dist.device.startswith("cuda"):  # the largest over the ranks
+        import torch
+
+        m["system/gpu_peak_gb"] = dist.max_int(torch.cuda.max_memory_allocated() >> 20) / 1024
+    return m

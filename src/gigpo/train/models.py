@@ -72,6 +72,23 @@ class RunModels:
                 self.critic_updater.load_state_dict(state["critic_updater"])
                 self.critic_updater.set_lr(cfg.critic.lr)
 
+    def save_pretrained(self, path, dist):
+        """The trained policy as a Hugging Face directory at ``path`` (model + tokenizer), so
+        ``gigpo eval model.name_or_path=<path>`` or ``from_pretrained`` can load it. Written to a
+        temporary directory, then swapped in for any previous copy (``replace_dir_atomic``). With
+        LoRA this holds the adapter (peft's ``save_pretrained``). Rank 0 writes it; every rank
+        calls this (under fsdp the weights are gathered first)."""
+        from gigpo.policy.cache import replace_dir_atomic
+
+        def write(d) -> None:
+            self.full_model.save_pretrained(d)
+            self.tokenizer.save_pretrained(d)
+
+        self.sync_full_model()
+        out = replace_dir_atomic(path, write) if dist.is_main else path
+        dist.barrier()
+        return out
+
     def roll_back(self, state: dict, lr_factor: float) -> None:
         """Back to an earlier checkpoint's weights and optimizer state (the critic goes back with its
         policy), the schedule's position kept and the learning rate scaled by ``lr_factor``."""

@@ -81,6 +81,34 @@ def write_json(path: Path, obj) -> Path:
     return Path(path)
 
 
+def finish_run(trainer, result: dict) -> dict:
+    """The end of ``Trainer.run``: deliver the chosen model (the best validated one or the last),
+    evaluate it (and the last, when another is delivered, as ``eval_last`` in ``model_last/``),
+    then the summary, phases and report."""
+    from gigpo.train.checkpoint import best_checkpoint, load_checkpoint
+
+    cfg, pt, last_it = trainer.cfg, trainer.phase_times, trainer.iteration
+    chosen = choose_delivered(trainer.watchdog, cfg.guard, last_it, len(trainer.val_pool), trainer.stop_reason)
+    if chosen.note:
+        trainer._say(chosen.note)
+    models = {"model": last_it}
+    if chosen.iteration != last_it:
+        result["last"] = trainer.evaluate("eval_last", **{"eval/model_iteration": last_it})
+        trainer.save_model("model_last")
+        best = best_checkpoint(trainer.run_dir)
+        assert best is not None, "validation pinned the delivered model's checkpoint as best"
+        trainer.models.load_weights(load_checkpoint(best)["model"])
+        trainer.models.changed()
+        models = {"model": chosen.iteration, "model_last": last_it}
+    result["after"] = trainer.evaluate("eval_final", **{"eval/model_iteration": models["model"]})
+    pt["eval_after"] = result["after"]["time/eval"]
+    trainer.logger.close()
+    path = trainer.save_model("model")
+    if trainer.dist.is_main:
+        write_run_end(trainer, result, models, chosen.selection, path)
+    return result
+
+
 def write_run_end(trainer, result: dict, models: dict, selection: str, model_path: Path) -> None:
     """Rank 0's end of a run: the before/after and saved-models tables, ``phases.json``,
     ``summary.json`` and the report (``model_last/`` removed when the last model is delivered)."""

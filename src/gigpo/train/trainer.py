@@ -33,7 +33,6 @@ from gigpo.train import build, factories, seeds
 from gigpo.train.checkpoint import (
     best_checkpoint,
     check_world,
-    load_checkpoint,
     load_latest,
     save_checkpoint,
     set_rng_state,
@@ -47,16 +46,9 @@ from gigpo.train.faults import hooks_from_env
 from gigpo.train.guards import Watchdog, model_hash, pin_best_after, roll_back
 from gigpo.train.logging import iteration_summary
 from gigpo.train.models import load_models
-from gigpo.train.metrics import (
-    PhaseTimer,
-    credit_metrics,
-    critic_metrics,
-    rollout_phase_metrics,
-    rss_gb,
-    token_metrics,
-)
+from gigpo.train.metrics import PhaseTimer, iteration_metrics, rollout_phase_metrics
 from gigpo.train.progress import LEGEND, RunProgress, eval_line, no_signal_warning
-from gigpo.train.selection import choose_delivered, logged_line, write_run_end
+from gigpo.train.selection import finish_run, logged_line
 
 
 class Trainer:
@@ -130,11 +122,7 @@ class Trainer:
             cfg, self.train_pool, self.envs, self.agent, self.tokenizer, self._advantages, self.run_dir
         )
         if main and cfg.train.off_policy_steps:
-            if self.make_generator is not None:
-                raise ValueError("train.off_policy_steps needs the built-in generator (make_generator is set)")
-            self.pipeline = build.off_policy_pipeline(cfg, m, self.model_path, self.generator, self.collector)
-            if self._pipeline_state is not None:
-                self.pipeline.load_state_dict(self._pipeline_state)
+            self.pipeline = build.off_policy_pipeline(cfg, m, self, self._pipeline_state)
         self.evaluator = Evaluator(cfg, self.eval_envs, self.agent, self.tokenizer, self._sampler)
         self.logger = build.build_logger(cfg, self.run_dir, resume_after=self.iteration if resume else None, main=main)
         self.hooks = hooks_from_env()  # planted faults for the reliability tests; none in a normal run
@@ -206,7 +194,7 @@ class Trainer:
         if hasattr(self.generator, "sync_weights"):
             timer.record("weight_sync", self.sync_seconds)
         timer.record("iteration", time.perf_counter() - t_it)
-        m |= self._iteration_metrics(batch, credit, upd, crit, n_rows, counters, timer)
+        m |= iteration_metrics(self, batch, credit, upd, crit, n_rows, counters, timer)
         self.iteration = it
         self._record(it, m, events, batch, credit, best_now)
         return m
@@ -263,21 +251,6 @@ class Trainer:
         if reason:
             events.append(self._roll_back(it, reason))
         return best_now
-
-    def _iteration_metrics(self, batch, credit, upd, crit, n_rows, counters, timer) -> dict:
-        m = {f"actor/{k}": v for k, v in upd.items()}
-        if self.critic is not None:
-            m |= critic_metrics(credit.values, credit.result.token_returns)
-            m |= {f"critic/{k}": v for k, v in crit.items()}
-        m |= credit_metrics(batch, credit, self.cfg.algorithm.anchor) | counters
-        m |= {"train/rows_updated": n_rows, "guard/rollbacks": self.watchdog.rollbacks}
-        if self.server is not None:
-            m["rollout/server_restarts"] = self.server.restarts
-        m |= {"guard/lr_scale": self.updater.lr_scale} | token_metrics(batch) | timer.times
-        m["system/rss_gb"] = rss_gb()
-        if self.dist.device.startswith("cuda"):  # the largest over the ranks
-            m["system/gpu_peak_gb"] = self.dist.max_int(torch.cuda.max_memory_allocated() >> 20) / 1024
-        return m
 
     def _record(self, it: int, m: dict, events: list, batch, credit: Credit, best_now: bool) -> None:
         """Trajectories, the metrics line, guard events, the checkpoint."""
@@ -392,30 +365,7 @@ class Trainer:
             if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
                 self.evaluate()
         pt["train"] = time.perf_counter() - t0
-        return self._finish(result)
-
-    def _finish(self, result: dict) -> dict:
-        """Deliver the chosen model, evaluate it, write summary, phases and report."""
-        cfg, pt, last_it = self.cfg, self.phase_times, self.iteration
-        chosen = choose_delivered(self.watchdog, cfg.guard, last_it, len(self.val_pool), self.stop_reason)
-        if chosen.note:
-            self._say(chosen.note)
-        models = {"model": last_it}
-        if chosen.iteration != last_it:
-            result["last"] = self.evaluate("eval_last", **{"eval/model_iteration": last_it})
-            self.save_model("model_last")
-            best = best_checkpoint(self.run_dir)
-            assert best is not None, "validation pinned the delivered model's checkpoint as best"
-            self.models.load_weights(load_checkpoint(best)["model"])
-            self.models.changed()
-            models = {"model": chosen.iteration, "model_last": last_it}
-        result["after"] = self.evaluate("eval_final", **{"eval/model_iteration": models["model"]})
-        pt["eval_after"] = result["after"]["time/eval"]
-        self.logger.close()
-        path = self.save_model("model")
-        if self.dist.is_main:
-            write_run_end(self, result, models, chosen.selection, path)
-        return result
+        return finish_run(self, result)
 
     # ------------------------------------------------------------------ run directory
     def save(self, it: int, best: bool = False) -> None:
@@ -433,36 +383,16 @@ class Trainer:
         self.dist.barrier()  # no rank reads a checkpoint (rollback) before it is complete
 
     def save_model(self, name: str = "model") -> Path:
-        """The trained policy as a Hugging Face directory ``run_dir/<name>`` (model + tokenizer), so
-        ``gigpo eval model.name_or_path=<run_dir>/model`` or ``from_pretrained`` can load it.
-        Written to a temporary directory, then swapped in for any previous copy
-        (``replace_dir_atomic``). With LoRA this holds the adapter (peft's ``save_pretrained``).
-        Rank 0 writes it; every rank calls this (under fsdp the weights are gathered first)."""
-        from gigpo.policy.cache import replace_dir_atomic
-
-        def write(d: Path) -> None:
-            self.full_model.save_pretrained(d)
-            self.tokenizer.save_pretrained(d)
-
-        self.models.sync_full_model()
-        path = replace_dir_atomic(self.run_dir / name, write) if self.dist.is_main else self.run_dir / name
-        self.dist.barrier()
-        return path
+        """The trained policy as a Hugging Face directory ``run_dir/<name>`` (``RunModels.save_pretrained``)."""
+        return self.models.save_pretrained(self.run_dir / name, self.dist)
 
     def close(self) -> None:
-        pipeline = getattr(self, "pipeline", None)
-        if pipeline is not None:
-            pipeline.close()
-            self.pipeline = None
-        for e in (getattr(self, "envs", None), getattr(self, "eval_envs", None)):
-            getattr(e, "close", lambda: None)()
-        server = getattr(self, "server", None)
-        if server is not None:
-            server.close()  # stops a vLLM server the run started
-            self.server = None
-        lock = getattr(self, "_lock", None)
-        if lock is not None:
-            lock.release()
-        dist = getattr(self, "dist", None)
-        if dist is not None:
-            dist.close()
+        # the sampler process, the envs, a vLLM server the run started, the run dir's lock, the group
+        for name in ("pipeline", "envs", "eval_envs", "server"):
+            obj = getattr(self, name, None)
+            if obj is not None:
+                obj.close()
+                setattr(self, name, None)
+        for name, stop in (("_lock", "release"), ("dist", "close")):
+            if getattr(self, name, None) is not None:
+                getattr(getattr(self, name), stop)()
