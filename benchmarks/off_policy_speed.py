@@ -2,9 +2,11 @@
 
 For each config, one short ``gigpo train`` run per mode, one after the other (the machine to one
 run): ``train.off_policy_steps=0`` with the config's ``train.torch_threads``, and
-``train.off_policy_steps=K`` with one torch thread for the learner and one for the sampler process.
+``train.off_policy_steps=K`` with one torch thread for the learner and one for the sampler process,
+with each ``train.off_policy_loss`` (``decoupled`` adds a forward pass for the proximal log-probs).
 Prints, per config and mode, the mean ``time/iteration`` over iterations 2.. (iteration 1 fills the
-pipeline: nothing to overlap yet), its rollout wait and update parts, and the speed-up.
+pipeline: nothing to overlap yet), its rollout (wait), old log-prob and update parts, and the
+speed-up over the series run.
 Evaluation before and after training and validation are switched off; they do not overlap.
 
 Usage: python benchmarks/off_policy_speed.py [--configs A.yaml B.yaml] [--iterations N]
@@ -38,8 +40,7 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def run(config: Path, k: int, iterations: int, out: Path, extra: list[str]) -> list[dict]:
-    name = f"{config.stem}-k{k}"
+def run(config: Path, name: str, overrides: list[str], iterations: int, out: Path) -> list[dict]:
     run_dir = out / name
     lines_path = run_dir / "metrics.jsonl"
 
@@ -49,10 +50,8 @@ def run(config: Path, k: int, iterations: int, out: Path, extra: list[str]) -> l
         return [x for x in map(json.loads, lines_path.read_text().splitlines()) if x.get("tag") == "train"]
 
     if len(train_lines()) < iterations:
-        threads = ["train.torch_threads=1"] if k else []
-        cmd = [sys.executable, "-m", "gigpo.cli", "train", "--config", str(config), *QUIET, *threads]
-        cmd += [f"train.iterations={iterations}", f"train.off_policy_steps={k}", f"output_dir={out}", f"name={name}"]
-        cmd += extra
+        cmd = [sys.executable, "-m", "gigpo.cli", "train", "--config", str(config), *QUIET, *overrides]
+        cmd += [f"train.iterations={iterations}", f"output_dir={out}", f"name={name}"]
         if run_dir.exists():
             cmd = [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run_dir)]
         print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
@@ -67,7 +66,8 @@ def summary(lines: list[dict]) -> dict:
     def mean(key):
         return statistics.fmean(x.get(key, 0.0) for x in later)
 
-    return {"iteration": mean("time/iteration"), "rollout": mean("time/rollout"), "update": mean("time/update")}
+    keys = ("iteration", "rollout", "old_logprob", "update")
+    return {k: mean(f"time/{k}") for k in keys}
 
 
 def main(argv=None) -> None:
@@ -82,22 +82,33 @@ def main(argv=None) -> None:
         ap.error("--iterations must be at least 2: the first iteration is not timed")
     out = a.out or Path(tempfile.mkdtemp(prefix="gigpo-offpolicy-"))
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    k = a.steps
+    modes = [
+        ("in series", "k0", ["train.off_policy_steps=0"]),
+        (f"{k} step off, decoupled", f"k{k}", [f"train.off_policy_steps={k}", "train.torch_threads=1"]),
+        (
+            f"{k} step off, behaviour",
+            f"k{k}-behaviour",
+            [f"train.off_policy_steps={k}", "train.torch_threads=1", "train.off_policy_loss=behaviour"],
+        ),
+    ]
+    table = []
     for c in a.configs:
         config = (ROOT / c) if not Path(c).is_absolute() else Path(c)
-        base = summary(run(config, 0, a.iterations, out, a.overrides))
-        over = summary(run(config, a.steps, a.iterations, out, a.overrides))
-        rows.append((config.name, base, over))
+        got = []
+        for label, tag, o in modes:
+            got.append((label, summary(run(config, f"{config.stem}-{tag}", [*o, *a.overrides], a.iterations, out))))
+        table.append((config.name, got))
     print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; mean seconds per iteration over iterations 2..{a.iterations}")
-    head = f"| config | in series: iteration (rollout + update) | {a.steps} step off: iteration (wait + update) |"
-    print(head + " speed-up |")
-    print("|---|---|---|---|")
-    for name, b, o in rows:
-        print(
-            f"| {name} | {b['iteration']:.1f} s ({b['rollout']:.1f} + {b['update']:.1f}) | "
-            f"{o['iteration']:.1f} s ({o['rollout']:.1f} + {o['update']:.1f}) | "
-            f"{b['iteration'] / o['iteration']:.2f}x |"
-        )
+    print("| config | mode | iteration | rollout (wait) | old log-prob | update | speed-up |")
+    print("|---|---|---|---|---|---|---|")
+    for name, got in table:
+        base = got[0][1]["iteration"]
+        for label, m in got:
+            print(
+                f"| {name} | {label} | {m['iteration']:.1f} s | {m['rollout']:.1f} | {m['old_logprob']:.1f} | "
+                f"{m['update']:.1f} | {base / m['iteration']:.2f}x |"
+            )
     print(f"runs: {out}")
 
 

@@ -77,12 +77,28 @@ CRITIC_VARIANTS = {
         "critic.lr=1e-4",
     ],
 }
+# GiGPO with rollout and update at the same time (docs/training.md#rollout-and-update-at-the-same-time),
+# paired with gigpo_std_norm: the same run but one step off. Opt-in. Its sampler is a second
+# process with its own torch thread, so count it as two jobs' worth of cores.
+OFF_POLICY_VARIANTS = {
+    "gigpo_one_off": ["algorithm.estimator=gigpo", "algorithm.mode=mean_std_norm", "train.off_policy_steps=1"],
+}
 DEFAULT_VARIANTS = tuple(VARIANTS)
 VARIANTS.update(ANCHOR_VARIANTS)
 VARIANTS.update(GRAPH_VARIANTS)
 VARIANTS.update(CRITIC_VARIANTS)
+VARIANTS.update(OFF_POLICY_VARIANTS)
 
-CORE = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo", *ANCHOR_VARIANTS, *GRAPH_VARIANTS, *CRITIC_VARIANTS)
+CORE = (
+    "gigpo_std_norm",
+    "gigpo_mean_norm",
+    "grpo",
+    "rloo",
+    *ANCHOR_VARIANTS,
+    *GRAPH_VARIANTS,
+    *CRITIC_VARIANTS,
+    *OFF_POLICY_VARIANTS,
+)
 
 # Variants whose advantages equal another variant's exactly (tests/test_advantages_registry.py):
 # with mean_std_norm, GiGPO without its step part is GRPO's episode advantage, so with the same

@@ -124,7 +124,9 @@ def test_every_group_comes_from_one_version_no_older_than_the_bound(tmp_path, on
     if k == 1:
         run, its = one_off, 3
     else:
-        r = _train(tmp_path, "k2", ["train.off_policy_steps=2", "train.iterations=4"])
+        # with the plain PPO loss against the sampler's log-probs: no proximal pass, no weights
+        extra = ["train.off_policy_steps=2", "train.iterations=4", "train.off_policy_loss=behaviour"]
+        r = _train(tmp_path, "k2", extra)
         assert r.returncode == 0, r.stderr[-3000:]
         run, its = tmp_path / "k2", 4
     train = _train_lines(run)
@@ -137,7 +139,11 @@ def test_every_group_comes_from_one_version_no_older_than_the_bound(tmp_path, on
         groups = _versions(run, it)
         assert groups and all(v == {sampled_by} for v in groups.values()), (it, groups)
         assert x["train/groups_stale_dropped"] == 0 and x["rollout/sampler_restarts"] == 0
-        assert 0 < x["actor/behav_weight_mean"] < 2 and x["actor/behav_kl_k3"] >= 0
+        if k == 1:  # decoupled: the proximal policy's log-probs computed, the tokens weighted
+            assert 0 < x["actor/behav_weight_mean"] < 2 and x["actor/behav_kl_k3"] >= 0
+            assert x["time/old_logprob"] > 0
+        else:
+            assert "actor/behav_weight_mean" not in x and x["time/old_logprob"] < 0.01  # no forward pass
     assert max(x["train/staleness"] for x in train) == k  # the sampler really ran ahead
 
 

@@ -125,6 +125,14 @@ class TrainConfig(Section):
         ge=0,
         le=4,
     )
+    off_policy_loss: str = F(
+        "decoupled",
+        "with off_policy_steps >= 1: 'decoupled' = decoupled PPO, the ratio clipped against the "
+        "learner's policy at the start of the update (an extra forward pass over the batch) and "
+        "each token weighted from the sampler's policy to it; 'behaviour' = plain PPO against "
+        "the sampler's log-probs (no extra pass: faster where the update is most of an iteration)",
+        choices=("decoupled", "behaviour"),
+    )
     behav_weight_cap: float = F(
         2.0,
         "with off_policy_steps >= 1: each token's importance weight from the sampling policy to "

@@ -74,8 +74,10 @@ def update_policy(
 
     behav = None
     with timer("old_logprob"):
-        if off:  # decoupled PPO: old = the proximal policy (these weights), behav = the sampler's
+        if off and cfg.train.off_policy_loss == "decoupled":  # old = the proximal policy (these weights)
             old, behav = logprobs(models.full_model), rows.sampled_logprobs
+        elif off:  # PPO's own ratio against the policy that sampled the rows
+            old = rows.sampled_logprobs
         else:
             old = rows.sampled_logprobs if cfg.rollout.reuse_sampling_logprobs else logprobs(models.full_model)
     with timer("ref_logprob"):
