@@ -78,6 +78,11 @@ def test_help_section_shows_one_section(capsys):
     assert main(["train", "--help-section", "env"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("env: ") and "env.group_size (int, default 8, [1, 1024])" in out and "train.lr" not in out
+    from gigpo.envs.builtin import BUILTIN
+
+    family_help = out.split("env.family (")[1].split("\n  env.family_module (")[0]
+    assert all(spec.name in family_help for spec in BUILTIN), family_help  # every built-in is named
+    assert "gigpo list families" in " ".join(family_help.split())
     assert main(["eval", "--help-section", "lg"]) == 2
     assert "no config section 'lg'" in capsys.readouterr().err
 

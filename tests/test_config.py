@@ -437,8 +437,8 @@ def test_a_key_written_twice_in_a_yaml_file_is_refused_with_its_lines(tmp_path):
     p.write_text("train: {lr: 0.1}\nseed: 1\ntrain: {iterations: 3}\n")
     with pytest.raises(ConfigError, match=r"train: written twice in .*c\.yaml \(lines 1 and 3\)"):
         load_config(p)
-    p.write_text("train:\n  lr: 0.1\n  lr: 0.2\n")
-    with pytest.raises(ConfigError, match=r"lr: written twice in .*\(lines 2 and 3\)"):
+    p.write_text("train:\n  lr: 0.1\n  lr: 0.2\n")  # a nested key is named by its dotted path
+    with pytest.raises(ConfigError, match=r"train\.lr: written twice in .*\(lines 2 and 3\)"):
         load_config(p)
     # a YAML merge key is not a duplicate
     p.write_text("train:\n  <<: {lr: 0.1, iterations: 2}\n  lr: 0.2\n")
@@ -448,11 +448,11 @@ def test_a_key_written_twice_in_a_yaml_file_is_refused_with_its_lines(tmp_path):
 def test_unknown_yaml_key_hint_names_the_dotted_key(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("train: {lrr: 0.1}\nenv: {tasks_per_itr: 4}\n")
-    with pytest.raises(ConfigError, match=r"Did you mean train\.lr\?") as e:
+    with pytest.raises(ConfigError, match=r"Did you mean 'train\.lr'\?") as e:
         load_config(p)
     assert "'lr'" not in str(e.value)
     p.write_text("env: {tasks_per_itr: 4}\n")
-    with pytest.raises(ConfigError, match=r"Did you mean env\.tasks_per_iter\?"):
+    with pytest.raises(ConfigError, match=r"Did you mean 'env\.tasks_per_iter'\?"):
         load_config(p)
 
 

@@ -92,3 +92,27 @@ def test_every_shipped_config_runs_a_documented_builtin_family():
         family = yaml.safe_load(path.read_text())["env"]["family"]
         assert family in builtin, f"{path.name}: {family} is not a built-in family"
         assert f"| `{family}` |" in table, f"{path.name}: {family} is not in docs/architecture.md's family table"
+
+
+def test_readme_smoke_command_runs_as_written(tmp_path):
+    """The README's smoke test, run as a user would (its own ``runs/``: here under tmp_path), with
+    stderr redirected as to a log file: it finishes, names its run dir, and writes no progress bars
+    there (transformers' "Loading weights" bars are off when stderr is not a terminal)."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "name=smoke" in b)
+    words = shlex.split(block.replace("\\\n", " "), comments=True)
+    assert words[0] == ".venv/bin/gigpo", words
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "gigpo.cli", *words[1:]]
+    config = words.index("--config") + 1
+    cmd[cmd.index(words[config])] = str(ROOT / words[config])
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[0] == "run directory: runs/smoke", r.stdout[:300]
+    assert (tmp_path / "runs" / "smoke" / "summary.json").exists()
+    assert "Loading weights" not in r.stderr and "it/s]" not in r.stderr, r.stderr[-2000:]

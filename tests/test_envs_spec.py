@@ -391,6 +391,21 @@ def test_broken_entry_point_warns_once_and_a_builtin_run_goes_on(registry, tmp_p
         assert "broken" not in dict(FALLBACK_TAIL) and tiny_hash(TinyConfig())
 
 
+def test_a_skipped_plugin_is_one_plain_line_on_the_clis_stderr(tmp_path):
+    """The CLI prints gigpo's warning as its line alone, not Python's ``file:line: RuntimeWarning``
+    and the echoed source line."""
+    _dist_info(tmp_path, "broken_fam", "[gigpo.families]\nbroken = no_such_module_xyz:SPEC\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    config = Path(__file__).resolve().parents[1] / "configs" / "sokoban_tiny.yaml"
+    cmd = [sys.executable, "-m", "gigpo.cli", "train", "--config", str(config), f"output_dir={tmp_path}", "--dry-run"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("gigpo: skipping an installed env family plug-in: entry point 'broken'")
+    assert "RuntimeWarning" not in r.stderr and ".py:" not in r.stderr
+
+
 # ------------------------------------------------------------------------------ end to end
 SMALL = [
     "train.iterations=1",

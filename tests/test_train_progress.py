@@ -9,6 +9,7 @@ import os
 import subprocess
 
 import numpy as np
+import pytest
 
 from gigpo.train.progress import RunProgress, eta_text
 
@@ -29,6 +30,18 @@ def test_eta_is_the_mean_iteration_time_times_the_iterations_left(monkeypatch):
     assert [eta_text(s) for s in (0, 59, 61, 3600 + 5 * 60)] == ["0s", "59s", "1m01s", "1h05m"]
     p.done = 9
     assert p.iteration_done() == ""  # the last iteration has no ETA
+
+
+def test_the_no_signal_warning_says_whether_a_kl_or_entropy_term_still_moved_the_policy():
+    from types import SimpleNamespace
+
+    from gigpo.train.progress import no_signal_warning
+
+    plain = SimpleNamespace(use_kl=False, kl_coef=0.01, entropy_coef=0.0)
+    assert "left the policy unchanged" in no_signal_warning(3, plain)
+    for moved in ({"use_kl": True}, {"entropy_coef": 1e-3}):
+        said = no_signal_warning(3, SimpleNamespace(**{**vars(plain), **moved}))
+        assert "only the KL/entropy terms moved the policy" in said and "unchanged" not in said
 
 
 def test_no_signal_is_one_exactly_when_every_advantage_is_zero():
@@ -98,6 +111,42 @@ def test_dry_run_checks_prints_the_plan_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
     assert main([*args, "env.kwargs.no_such_option=1"]) == 2  # what a run refuses, the dry run refuses
     assert "env.kwargs" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_dry_run_estimates_the_time_from_a_like_run_in_the_output_dir(tmp_path, capsys):
+    """The estimate scales a like run's measured seconds per episode; a resume counts only the
+    iterations left; a run that differs in what sets the cost (here the response length) is not used."""
+    import json
+    import re
+    import statistics
+
+    from gigpo.cli import main
+
+    from small_runs import SEARCH_TINY, SMALL
+
+    out = tmp_path / "out"
+    base = ["train", "--config", str(SEARCH_TINY), *SMALL, f"output_dir={out}"]
+    assert main([*base, "name=done", "train.iterations=2"]) == 0
+    capsys.readouterr()
+    lines = [json.loads(x) for x in (out / "done" / "metrics.jsonl").read_text().splitlines()]
+    per_iter = statistics.median(r["time/iteration"] for r in lines if r["tag"] == "train")
+
+    assert main([*base, "name=new", "train.iterations=5", "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    m = re.search(
+        r"time: about \S+ for 5 iterations and the evaluations \(([\d.]+)s an iteration\), from the "
+        r"timings of (\S+)",
+        said,
+    )
+    assert m, said
+    assert float(m.group(1)) == pytest.approx(per_iter, abs=0.051) and m.group(2) == str(out / "done")
+    assert not (out / "new").exists()
+
+    assert main(["train", "--resume", str(out / "done"), "train.iterations=5", "--dry-run"]) == 0
+    assert "for 3 iterations" in (said := capsys.readouterr().out) and "this run's own iterations" in said
+
+    assert main([*base, "name=new", "rollout.max_response_tokens=16", "--dry-run"]) == 0
+    assert "time: no earlier run of search with tiny" in capsys.readouterr().out
 
 
 def test_the_saved_models_table_shows_each_models_own_validation_success(capsys):

@@ -107,6 +107,7 @@ def _threads(cfg) -> None:
 def _dry_run(cfg, *, resume: bool) -> int:
     """``gigpo train --dry-run``: the run's checks, then the plan; nothing is written."""
     from gigpo.train.checks import check_run
+    from gigpo.train.estimate import estimate_lines
 
     check_run(cfg, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     e, t, g, a = cfg.env, cfg.train, cfg.guard, cfg.algorithm
@@ -125,8 +126,8 @@ def _dry_run(cfg, *, resume: bool) -> int:
         f"work: {t.iterations} iterations = {episodes} training episodes"
         + (" (more with dynamic sampling's extra rounds)" if t.dynamic_sampling else "")
         + f"; {evals} held-out and {n_val} validation episodes",
-        "checks passed (config, model, device, env); nothing was written. A run prints its ETA from the "
-        "first iteration on.",
+        *estimate_lines(cfg, resume=resume, n_val=n_val),
+        "checks passed (config, model, device, env); nothing was written",
     ]
     print("\n".join(lines))
     return 0
@@ -151,7 +152,8 @@ def cmd_train(argv) -> int:
         "--dry-run",
         action="store_true",
         help="check everything a run checks before it starts (config, model, device, env, tasks), print "
-        "what would run and how much work it is, and exit without writing anything",
+        "what would run, how much work it is and how long it should take (from a like run's timings in "
+        "output_dir), and exit without writing anything",
     )
     args = _parse(p, argv)
     if args is None:
@@ -427,8 +429,28 @@ def _usage() -> str:
 COMMANDS = {"train": cmd_train, "eval": cmd_eval, "sft": cmd_sft, "serve": cmd_serve, "list": _cmd_list}
 
 
+def _plain_warnings() -> None:
+    """gigpo's own warnings (a plug-in skipped, say) print as their one line, without Python's
+    ``file:line: Category:`` prefix and the echoed source line."""
+    import warnings
+
+    shown = warnings.showwarning
+    if getattr(shown, "gigpo", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith("gigpo:"):
+            print(message, file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.gigpo = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _plain_warnings()
     usage = _usage()
     if not argv:
         print(usage, file=sys.stderr)

@@ -83,8 +83,8 @@ class EnvConfig(Section):
 
     family: str = F(
         "alfworld",
-        "env family: alfworld, webshop, search, or one registered by a plugin "
-        "(entry point group gigpo.families, or env.family_module)",
+        "env family: a built-in (alfworld, webshop, search, sokoban) or one registered by a plugin "
+        "(entry point group gigpo.families, or env.family_module); gigpo list families shows them all",
     )
     family_module: str = F(
         "",

@@ -199,7 +199,7 @@ def from_dict(cls: Any, data: Any, prefix: str = "") -> Any:
         key = f"{prefix}{k}"
         if k not in names:
             close = difflib.get_close_matches(str(k), names, n=1)
-            hint = f" Did you mean {prefix}{close[0]}?" if close else f" Valid keys: {names}"
+            hint = f" Did you mean {prefix + close[0]!r}?" if close else f" Valid keys: {names}"
             raise ConfigError(f"unknown config key {key!r}.{hint}")
         tp = hints[k]
         kwargs[k] = from_dict(tp, v or {}, key + ".") if is_section(tp) else coerce(v, tp, key)
@@ -255,30 +255,28 @@ def apply_overrides(cls: Any, data: dict, overrides: list[str]) -> dict:
 # --------------------------------------------------------------------------- reading YAML
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``SafeLoader`` that refuses a key written twice in one mapping (YAML keeps the last one,
-    so a section written twice would silently lose the first)."""
-
-    source = "the config file"
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                try:
-                    first = seen.setdefault(key, line)
-                except TypeError:
-                    continue  # an unhashable key: SafeLoader reports it
-                if first != line:
-                    raise ConfigError(
-                        f"{key}: written twice in {self.source} (lines {first} and {line}); YAML would keep "
-                        "only the last: merge them into one"
-                    )
-        return super().construct_mapping(node, deep=deep)
+def _refuse_duplicate_keys(node, source: str, path: str = "") -> None:
+    """A key written twice in one mapping is an error naming its dotted key and both lines (YAML
+    keeps the last one, so a section written twice would silently lose the first)."""
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, source, path)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict = {}
+    for key_node, value in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = f"{path}{key_node.value}" if isinstance(key_node, yaml.ScalarNode) else None
+        if key is not None:
+            line = key_node.start_mark.line + 1
+            first = seen.setdefault(key, line)
+            if first != line:
+                raise ConfigError(
+                    f"{key}: written twice in {source} (lines {first} and {line}); YAML would keep only the "
+                    "last: merge them into one"
+                )
+        _refuse_duplicate_keys(value, source, f"{key}." if key is not None else path)
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -308,10 +306,13 @@ def read_yaml(path: str | Path) -> dict:
             f"config file {name!r} is not UTF-8 text (byte {e.start}: binary, or another encoding such as "
             "UTF-16); save it as UTF-8 YAML"
         ) from None
-    loader = _UniqueKeyLoader(text)
-    loader.source = name
+    loader = yaml.SafeLoader(text)
     try:
-        data = loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return {}
+        _refuse_duplicate_keys(node, name)
+        data = loader.construct_document(node)
     finally:
         loader.dispose()
     return {} if data is None else data

@@ -24,10 +24,18 @@ def eval_line(label: str, m: dict) -> str:
     return f"held-out eval {label}: success {m.get('eval/success', 0):.3f} over {n} tasks ({secs:.0f}s)"
 
 
-def no_signal_warning(iteration: int) -> str:
+def no_signal_warning(iteration: int, train=None) -> str:
+    """With ``train``'s KL or entropy term on, the update still moved the policy (toward the
+    reference or a higher entropy, not toward any reward)."""
+    regularised = train is not None and (train.use_kl and train.kl_coef > 0 or train.entropy_coef > 0)
+    effect = (
+        "so only the KL/entropy terms moved the policy, not any reward"
+        if regularised
+        else "so the update left the policy unchanged"
+    )
     return (
         f"warning: iteration {iteration} trained on no signal: every advantage is 0 (all rollouts of each "
-        "task scored alike), so the update left the policy unchanged; if this repeats, the model cannot "
+        f"task scored alike), {effect}; if this repeats, the model cannot "
         "solve or fail these tasks differently (docs/training.md#no-signal)"
     )
 

@@ -360,7 +360,7 @@ class Trainer:
             m = self.train_iteration()
             self._say(iteration_summary(self.iteration, cfg.train.iterations, m, eta=progress.iteration_done()))
             if m.get("train/no_signal"):
-                self._say(no_signal_warning(self.iteration))
+                self._say(no_signal_warning(self.iteration, cfg.train))
             every = cfg.log.eval_every
             if every and self.iteration % every == 0 and self.iteration < cfg.train.iterations:
                 self.evaluate()
