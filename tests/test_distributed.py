@@ -176,3 +176,26 @@ def test_two_process_run_killed_and_resumed_matches_one_process(tmp_path):
                 assert y[k] == v, (x["iteration"], k)
     assert (run2 / "model" / "config.json").exists() and (run2 / "report.html").exists()
     assert len(list((run2 / "trajectories").glob("*.jsonl"))) == 2
+
+
+@pytest.mark.slow
+def test_one_step_off_on_two_processes_matches_one_process(tmp_path):
+    """train.off_policy_steps=1 under torchrun: rank 0's sampler process rolls out one iteration
+    ahead and every rank updates on its share; the job logs what the one-process job logs (update metrics to 1e-5 relative,
+    the behaviour weights' maximum reduced over the ranks as a maximum)."""
+    extra = ["train.off_policy_steps=1", "train.iterations=3"]
+    two = _train(2, tmp_path, "ddp", extra)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert _world(tmp_path / "ddp") == 2
+    one = _train(1, tmp_path, "one", extra)
+    assert one.returncode == 0, one.stderr[-3000:]
+    a, b = _train_lines(tmp_path / "one"), _train_lines(tmp_path / "ddp")
+    assert [x["iteration"] for x in b] == [1, 2, 3] and all(x["train/staleness"] <= 1 for x in b)
+    assert b[-1]["actor/behav_weight_max"] != 1.0  # iteration 3 really trained off-policy rows
+    for x, y in zip(a, b):
+        assert set(x) == set(y)
+        for k, v in x.items():
+            if isinstance(v, float):
+                assert y[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (x["iteration"], k)
+            else:
+                assert y[k] == v, (x["iteration"], k)

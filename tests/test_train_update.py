@@ -274,3 +274,22 @@ def test_target_kl_ends_the_update_at_the_first_mini_batch_already_that_far_from
 def test_target_kl_must_not_be_negative():
     with pytest.raises(ValueError, match="train.target_kl"):
         TrainConfig(target_kl=-0.1).validate()
+
+
+def test_behaviour_weight_max_is_the_largest_weight_of_the_update_not_a_mean():
+    """One row's behaviour log-probs planted 3 nats below the proximal ones (weight e^3 = 20.1) in
+    one micro-batch of several: ``behav_weight_max`` is that weight whatever the micro-batching,
+    while ``behav_weight_mean`` stays near 1."""
+    prompts, responses, adv = _rows()
+    seen = []
+    for budget in (24, 4096):
+        m = _model()
+        cfg = TrainConfig(lr=1e-3, mini_batch_rows=6, micro_token_budget=budget, behav_weight_cap=100.0)
+        prox = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=budget)
+        behav = [p.copy() for p in prox]
+        behav[7] = behav[7] - 3.0
+        out = PolicyUpdater(m, cfg, pad_token_id=0).update(prompts, responses, adv, prox, behav_logp=behav)
+        assert out["behav_weight_max"] == pytest.approx(math.exp(3.0), rel=1e-4)
+        assert out["behav_weight_mean"] < 4.0
+        seen.append(out["behav_weight_max"])
+    assert seen[0] == pytest.approx(seen[1], rel=1e-6)

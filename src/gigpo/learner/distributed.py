@@ -117,6 +117,16 @@ class Dist:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
         return int(t.item())
 
+    def max(self, values: list[float]) -> list[float]:
+        """Element-wise maximum of ``values`` over the ranks (float64)."""
+        if not self.enabled:
+            return values
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._group)
+        return t.tolist()
+
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sum of ``values`` over the ranks (float64)."""
         if not self.enabled:

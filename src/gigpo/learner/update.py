@@ -144,6 +144,8 @@ def batched_logprobs(
 # the others are micro-batch means, weighted by the micro-batch's response tokens.
 BEHAV_METRICS = ("behav_weight_mean", "behav_weight_max", "behav_truncated", "behav_kl_k3")
 _SHARE_METRICS = ("loss", "pg_loss", "entropy", "kl", "value_loss")
+# Maxima: over micro-batches, ranks and optimizer steps (a token-weighted mean of maxima is no max).
+_MAX_METRICS = ("behav_weight_max",)
 
 
 class PolicyUpdater:
@@ -304,7 +306,8 @@ class PolicyUpdater:
             if status["kl"]:
                 break
         self.scheduler.step()
-        out = {k: float(np.mean(v)) for k, v in acc.items()}  # means over optimizer steps
+        # means over optimizer steps
+        out = {k: float(np.max(v) if k in _MAX_METRICS else np.mean(v)) for k, v in acc.items()}
         out["skipped_updates"] = status["nonfinite"]
         out["optimizer_steps"] = status["ok"]
         out["kl_stopped"] = status["kl"]
@@ -418,7 +421,10 @@ class PolicyUpdater:
             n_tok = float(mask.sum())
             m["loss"] = float(loss.detach())
             for k, v in m.items():
-                sums[k] += v if k in _SHARE_METRICS else v * n_tok
+                if k in _MAX_METRICS:
+                    sums[k] = max(sums.get(k, v), v)
+                else:
+                    sums[k] += v if k in _SHARE_METRICS else v * n_tok
         params = self.params
         if dist.enabled:
             # Same names on every rank (actor_loss's, a rank without rows sends zeros); the last
@@ -426,9 +432,12 @@ class PolicyUpdater:
             keys = ["loss", "pg_loss", "clipfrac", "clipfrac_lower", "approx_kl", "kl_k3"]
             keys += ["entropy"] * (cfg.entropy_coef > 0) + ["kl"] * (ref_logp is not None)
             keys += list(BEHAV_METRICS) * (behav_logp is not None)
+            maxed = [k for k in keys if k in _MAX_METRICS]
+            keys = [k for k in keys if k not in _MAX_METRICS]
             totals = dist.sum([sums.get(k, 0.0) for k in keys] + [0.0 if finite else 1.0])
             finite = totals[-1] == 0.0
-            sums = dict(zip(keys, totals[:-1]))
+            # a rank without rows sends 0: below any weight (weights are > 0)
+            sums = dict(zip(keys, totals[:-1])) | dict(zip(maxed, dist.max([sums.get(k, 0.0) for k in maxed])))
         if finite:
             gn = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip if cfg.grad_clip > 0 else float("inf"))
             if hasattr(gn, "full_tensor"):  # a DTensor under FSDP
@@ -452,7 +461,7 @@ class PolicyUpdater:
             self.optimizer.zero_grad(set_to_none=True)
             return "kl"
         for k, v in sums.items():
-            acc[k].append(v if k in _SHARE_METRICS else v / max(norm.tokens, 1.0))
+            acc[k].append(v if k in _SHARE_METRICS + _MAX_METRICS else v / max(norm.tokens, 1.0))
         self.bad_updates = 0
         self.optimizer.step()
         acc["grad_norm"].append(float(gn))
