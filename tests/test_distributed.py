@@ -181,8 +181,8 @@ def test_two_process_run_killed_and_resumed_matches_one_process(tmp_path):
 @pytest.mark.slow
 def test_one_step_off_on_two_processes_matches_one_process(tmp_path):
     """train.off_policy_steps=1 under torchrun: rank 0's sampler process rolls out one iteration
-    ahead and every rank updates on its share; the job logs what the one-process job logs (update metrics to 1e-5 relative,
-    the behaviour weights' maximum reduced over the ranks as a maximum)."""
+    ahead and every rank updates on its share; the job logs what the one-process job logs (update
+    metrics to 1e-5 relative, the behaviour weights' maximum reduced over the ranks as a maximum)."""
     extra = ["train.off_policy_steps=1", "train.iterations=3"]
     two = _train(2, tmp_path, "ddp", extra)
     assert two.returncode == 0, two.stderr[-3000:]

@@ -145,6 +145,13 @@ def test_every_group_comes_from_one_version_no_older_than_the_bound(tmp_path, on
         else:
             assert "actor/behav_weight_mean" not in x and x["time/old_logprob"] < 0.01  # no forward pass
     assert max(x["train/staleness"] for x in train) == k  # the sampler really ran ahead
+    html = (run / "report.html").read_text()
+
+    def panel(key):
+        return html.split(f'id="plot-{key}"')[1].split("</figure>")[0]
+
+    assert "<img" in panel("staleness-of-the-trained-rollouts")
+    assert ("<img" in panel("behaviour-weight-mean")) == (k == 1)  # only the decoupled loss weighs tokens
 
 
 @pytest.mark.slow

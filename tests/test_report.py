@@ -485,3 +485,8 @@ def test_ctrl_c_in_gigpo_report_is_one_line_not_a_traceback(tmp_path):
     assert proc.returncode == 130, err
     assert err == "gigpo: interrupted\n", err
     assert not (run / "report.html").exists() and not (run / "report.html.tmp").exists()
+
+
+def test_off_policy_panels_appear_only_for_a_run_that_trained_off_policy(tmp_path):
+    series_run = write_report(make_run_dir(tmp_path / "series")).read_text(encoding="utf-8")
+    assert "plot-staleness" not in series_run and "plot-behaviour-weight" not in series_run

@@ -41,6 +41,14 @@ CURVES = (
     ("Gradient norm", "actor/grad_norm", None, "global L2 norm"),
 )
 
+# Drawn only for a run that trained off-policy (train.off_policy_steps >= 1, which logs train/staleness).
+OFF_POLICY_CURVES = (
+    ("Staleness of the trained rollouts", "train/staleness", None, "updates behind the learner"),
+    ("Behaviour weight (mean)", "actor/behav_weight_mean", None, "pi_prox / pi_behav"),
+    ("Behaviour weight (largest)", "actor/behav_weight_max", None, "pi_prox / pi_behav"),
+    ("KL behaviour to proximal", "actor/behav_kl_k3", None, "k3 / token"),
+)
+
 _HIST = re.compile(r"^step_groups/hist_(\d+)(?:-(\d+)|(\+))?$")
 
 # Long runs: a curve is drawn from at most MAX_POINTS bucket means (shaded from the bucket's min to
@@ -49,7 +57,7 @@ MAX_POINTS = 1000
 MAX_BARS = 100
 
 _PLOTTED = frozenset(
-    [k for _, tk, ek, _ in CURVES for k in (tk, ek) if k]
+    [k for _, tk, ek, _ in CURVES + OFF_POLICY_CURVES for k in (tk, ek) if k]
     + [k for k, _ in PHASES]
     + ["val/success", "step_groups/share_rows_in_size_gt1", "train/no_signal"]
 )
@@ -144,7 +152,8 @@ def curve_panels(run: RunData) -> list[Panel]:
     """Training (per iteration) and held-out (per evaluation) curves, one panel per metric."""
     plt = _plt()
     out = []
-    for title, tk, ek, ylabel in CURVES:
+    off_policy = len(series(run.train, "train/staleness")[1]) > 0
+    for title, tk, ek, ylabel in CURVES + (OFF_POLICY_CURVES if off_policy else ()):
         tx, ty = series(run.train, tk) if tk else (np.empty(0), np.empty(0))
         ex, ey = series(run.evals, ek) if ek else (np.empty(0), np.empty(0))
         if not len(ty) and not len(ey):
