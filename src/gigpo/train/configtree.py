@@ -18,7 +18,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import yaml  # type: ignore[import-untyped]  # no stubs in the dev environment
+import yaml
 
 # A config file is a few KB; reading more than this is a wrong path (a device, a data file).
 MAX_CONFIG_BYTES = 10 * 1024 * 1024
