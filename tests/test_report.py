@@ -466,7 +466,12 @@ def test_ctrl_c_in_gigpo_report_is_one_line_not_a_traceback(tmp_path):
     env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
     env.pop("GIGPO_TRACEBACK", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gigpo.cli", "report", str(run)], env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "gigpo.cli", "report", str(run)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a shell's background job ignores SIGINT, and children inherit that: give the report the default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline, fd = time.monotonic() + 60, None
     while fd is None:  # opening the write end succeeds once the report has the FIFO open to read

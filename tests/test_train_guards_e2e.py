@@ -191,7 +191,11 @@ def test_one_step_off_the_watchdog_rolls_back_and_drops_the_rollouts_in_flight(t
         ],
     )
     train = {x["iteration"]: x for x in lines if x["tag"] == "train"}
-    assert [train[i]["train/staleness"] for i in range(1, 7)] == [0, 1, 1, 1, 1, 0]
+    # staleness counts weight changes: update 4 trains on the collapsed policy's rollouts, which
+    # may hold no signal (every one invalid, on some CPUs), and then the weights iteration 5 was
+    # sampled on are still the current ones
+    stale5 = 1 if train[4]["train/rows_updated"] > 0 else 0
+    assert [train[i]["train/staleness"] for i in range(1, 7)] == [0, 1, 1, 1, stale5, 0]
     assert train[3]["rollout/invalid_action_rate"] < 0.1  # sampled by update 1, before the spike
     assert train[4]["rollout/invalid_action_rate"] > 0.5  # the first rollouts of the collapsed policy
     events = [x for x in lines if x["tag"] == "guard"]
