@@ -181,3 +181,42 @@ def test_chunked_batches_match_whole_batch_greedy(tiny, prompts):
     whole = HFGenerator(model, tok).generate(prompts, params)
     chunked = HFGenerator(model, tok, max_batch_size=3).generate(prompts, params)
     assert [g.token_ids.tolist() for g in whole] == [g.token_ids.tolist() for g in chunked]
+
+
+def test_shared_prompts_and_the_preallocated_cache_give_the_plain_loops_tokens(tiny, prompts):
+    """A batch where prompts repeat (a task's rollouts start from one prompt), some rows stopping
+    early and some constrained: prefilling each distinct prompt once and the in-place cache give,
+    for one seed, the tokens, log-probs and restricted positions of the plain loop."""
+    from gigpo.policy.constrain import ActionVocab
+
+    model, tok = tiny
+    batch = [prompts[i] for i in (1, 3, 1, 2, 1, 3, 0, 1)]
+    vocab = ActionVocab(tok, open_tag=None)
+    cons = [vocab.constraint(["go to desk 1", "look"]) if i % 3 == 2 else None for i in range(len(batch))]
+    params = SamplingParams(temperature=1.0, max_new_tokens=20, seed=11)
+    plain = HFGenerator(model, tok, share_prompts=False, preallocate=False)
+    free = plain.generate(batch, params)
+    stop = int(free[0].token_ids[4])  # row 0 stops after 5 tokens: the batch shrinks mid-decode
+    plain.eos_ids.append(stop)
+    for kw in (dict(share_prompts=True, preallocate=False), dict(share_prompts=False), {}):
+        fast = HFGenerator(model, tok, **kw)
+        fast.eos_ids.append(stop)
+        for c in (None, cons):
+            want, got = plain.generate(batch, params, constraints=c), fast.generate(batch, params, constraints=c)
+            assert len(want[0].token_ids) <= 5 and want[0].finished
+            for a, b in zip(want, got):
+                np.testing.assert_array_equal(a.token_ids, b.token_ids)
+                np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+                assert a.finished == b.finished
+                assert [(k, ids.tolist()) for k, ids in a.allowed or []] == [
+                    (k, ids.tolist()) for k, ids in b.allowed or []
+                ]
+
+
+def test_rows_of_one_shared_prompt_sample_apart_with_exact_log_probs(tiny, prompts):
+    model, tok = tiny
+    batch = [prompts[1]] * 6 + [prompts[2]] * 2
+    gens = HFGenerator(model, tok).generate(batch, SamplingParams(temperature=1.0, max_new_tokens=12, seed=5))
+    assert len({tuple(g.token_ids.tolist()) for g in gens[:6]}) > 1  # one prefill, independent draws
+    for g, lp in zip(gens, recompute(model, tok, batch, gens)):
+        np.testing.assert_allclose(g.logprobs, lp, atol=1e-4)

@@ -290,7 +290,11 @@ def test_running_out_of_memory_is_one_line_with_the_resume_command(run_copy):
 
     cli._RUN_DIR[:] = [run_copy]
     try:
-        for e in (MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+        try:  # a real failed allocation on the CPU: torch raises a plain RuntimeError
+            torch.empty(1 << 60, dtype=torch.uint8)
+        except RuntimeError as exc:
+            cpu = exc
+        for e in (MemoryError(), torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"), cpu):
             code, msg = cli._user_error(e)
             assert code == 1 and msg.startswith(f"out of memory ({type(e).__name__}): lower env.tasks_per_iter")
             assert msg.endswith(f"then continue with: gigpo train --resume {run_copy}") and "\n" not in msg

@@ -541,7 +541,9 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         what = "a part of it is a file, not a directory" if e.errno == errno.ENOTDIR else "the name is too long"
         return 2, f"cannot create {e.filename or 'the output'} ({what}): choose another output_dir=... or name=..."
     torch = sys.modules.get("torch")  # loaded by then when it ran out of device memory
-    if isinstance(e, MemoryError) or (torch is not None and isinstance(e, torch.OutOfMemoryError)):
+    # torch's CPU allocator raises a plain RuntimeError ("DefaultCPUAllocator: can't allocate memory")
+    cpu_oom = isinstance(e, RuntimeError) and "can't allocate memory" in str(e)
+    if isinstance(e, MemoryError) or cpu_oom or (torch is not None and isinstance(e, torch.OutOfMemoryError)):
         return 1, (
             f"out of memory ({type(e).__name__}): lower env.tasks_per_iter, env.group_size or "
             f"rollout.max_response_tokens, or use a smaller model{resume}"

@@ -1,7 +1,8 @@
 """Batched sampling with exact token ids and sampling log-probs: ``HFGenerator`` and ``bare_generate``.
 
 ``HFGenerator`` runs its own decode loop over a left-padded batch with a KV cache
-(``past_key_values``). Left padding needs an explicit ``attention_mask`` (pads masked) and
+(``past_key_values``) preallocated for the whole decode; a prompt that occurs several times in the
+batch is prefilled once. Left padding needs an explicit ``attention_mask`` (pads masked) and
 ``position_ids`` (each row counts positions from its first real token), so a prompt gets the same
 tokens alone or in a batch. Rows that sample EOS leave the batch (their cache rows are dropped), so
 the remaining steps run on fewer rows.
@@ -17,6 +18,7 @@ and the rollout benchmark.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -94,11 +96,25 @@ class HFGenerator:
         tokenizer: its tokenizer (for pad and EOS ids).
         eos_token_ids: override the stop ids (default ``default_eos_ids(model, tokenizer)``).
         max_batch_size: split larger prompt lists into chunks of this size (memory bound).
+        share_prompts: prefill each distinct prompt once and copy its cache rows to the prompts
+            equal to it (a task's rollouts all start from one prompt, and rollouts that reach the
+            same state share its prompt when it shows no history); the rows then sample apart.
+        preallocate: keep the KV cache in buffers of the whole decode's length, written in place
+            (``DynamicCache`` copies itself every step). Both only save time; ``False`` is the plain
+            loop, for comparison.
     """
 
     def __init__(
-        self, model, tokenizer, *, eos_token_ids: Sequence[int] | None = None, max_batch_size: int | None = None
+        self,
+        model,
+        tokenizer,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        max_batch_size: int | None = None,
+        share_prompts: bool = True,
+        preallocate: bool = True,
     ):
+        self.share_prompts, self.preallocate = share_prompts, preallocate
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = list(eos_token_ids) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
@@ -147,7 +163,12 @@ class HFGenerator:
         states = [c.start() if c is not None else None for c in cons] if cons is not None else None
         allowed: list[list] = [[] for _ in prompts]
         B, T = len(prompts), int(params.max_new_tokens)
-        ids, attn = left_pad(prompts, self.pad_id, device)  # (B, P)
+        # distinct prompts, and for each row the index of its own among them
+        first: dict[tuple, int] = {}
+        inverse = [first.setdefault(tuple(p), len(first)) for p in prompts] if self.share_prompts else []
+        shared = self.share_prompts and len(first) < B
+        distinct = list(first) if shared else prompts  # in order of first appearance
+        ids, attn = left_pad(distinct, self.pad_id, device)  # (B or distinct, P)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, P) position of each token within its row
         eos = torch.tensor(self.eos_ids, device=device)
         out_ids = torch.full((B, T), -1, dtype=torch.long, device=device)
@@ -155,12 +176,20 @@ class HFGenerator:
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         rows = torch.arange(B, device=device)  # original index of each row still in the batch
         cache = DynamicCache(config=getattr(self.model, "config", None))
+        if self.preallocate:
+            cache = _preallocated(cache, ids.shape[1] + T)
         res = self.model(
             input_ids=ids, attention_mask=attn, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
         )
+        last = res.logits[:, -1, :]
+        if shared:  # one row per prompt again: the cache, mask and positions of its distinct prompt
+            expand = torch.as_tensor(inverse, device=device)
+            for layer in cache.layers:
+                layer.batch_select_indices(expand)
+            last, attn, pos = last[expand], attn[expand], pos[expand]
         next_pos = pos[:, -1] + 1  # (b,)
         for t in range(T):
-            logits = res.logits[:, -1, :].float()
+            logits = (last if t == 0 else res.logits[:, -1, :]).float()
             if states is not None:
                 logits = self._restrict(logits, rows, t, cons, states, allowed)
             tok, lp = sample_next(logits, params.temperature, params.top_p, gen)
@@ -205,6 +234,58 @@ class HFGenerator:
         logits = logits.clone()
         logits[idx] = mask_logits(logits[idx], ids_list)
         return logits
+
+
+def _preallocated(cache, capacity: int):
+    """``cache`` with each plain ``DynamicLayer`` replaced by a ``SlabLayer`` of ``capacity`` positions
+    (a model with other layer kinds, e.g. sliding windows, keeps its own)."""
+    from transformers.cache_utils import DynamicLayer
+
+    if all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [_slab_layer_class()(capacity) for _ in cache.layers]
+    return cache
+
+
+@functools.cache
+def _slab_layer_class():  # defined on first use: importing transformers is slow
+    from transformers.cache_utils import DynamicLayer
+
+    class SlabLayer(DynamicLayer):
+        """A ``DynamicLayer`` whose keys and values live in buffers of the whole decode's length.
+
+        ``DynamicLayer`` grows by ``torch.cat``, copying the whole cache every step; this one writes
+        the step's keys in place and returns views of the filled part: the same values, so the same
+        attention.
+        """
+
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity, self.filled = int(capacity), 0
+
+        def lazy_initialization(self, key_states, value_states) -> None:
+            super().lazy_initialization(key_states, value_states)
+            b, h, _, d = key_states.shape
+            self._k = key_states.new_empty((b, h, self.capacity, d))
+            self._v = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[-1]))
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, end = self.filled, self.filled + key_states.shape[-2]
+            if end > self.capacity:
+                raise RuntimeError(f"decode cache full: {end} positions for a capacity of {self.capacity}")
+            self._k[:, :, n:end] = key_states
+            self._v[:, :, n:end] = value_states
+            self.filled = end
+            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices) -> None:
+            if self.filled:
+                self._k, self._v = self._k[indices], self._v[indices]
+                self.keys, self.values = self._k[:, :, : self.filled], self._v[:, :, : self.filled]
+
+    return SlabLayer
 
 
 def _to_generations(
