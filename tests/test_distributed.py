@@ -3,7 +3,8 @@
 - one update of `tiny` under DDP and FSDP2 on 2 processes against the same update on one, for
   token-mean and seq-mean-token-mean (tests/dist_update_check.py);
 - `torchrun --nproc-per-node 2 -m gigpo.cli train`, killed mid-iteration and resumed, against
-  `gigpo train` on one process: same metrics.
+  `gigpo train` on one process: same metrics;
+- a rank held back as the loop starts: the ranks still take rank 0's decisions.
 """
 
 import json
@@ -199,3 +200,20 @@ def test_one_step_off_on_two_processes_matches_one_process(tmp_path):
                 assert y[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (x["iteration"], k)
             else:
                 assert y[k] == v, (x["iteration"], k)
+
+
+@pytest.mark.slow
+def test_a_slow_rank_decides_the_start_as_rank_0_does(tmp_path):
+    """Rank 1 held 5 s as the loop starts looks only after rank 0 wrote checkpoint 0; were the
+    decision to save checkpoint 0 each rank's own, rank 1 would skip the save's barrier and the job
+    would wait in mismatched collectives until the 1-minute timeout ended it."""
+    r = _train(
+        2,
+        tmp_path,
+        "slow",
+        ["train.iterations=1", "train.dist_timeout_min=1"],
+        env={"GIGPO_DEBUG_SLOW_RANK": "1:before_run:5"},
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert [x["iteration"] for x in _train_lines(tmp_path / "slow")] == [1]
+    assert _world(tmp_path / "slow") == 2

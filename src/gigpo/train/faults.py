@@ -8,6 +8,8 @@ Read once when a trainer starts, from environment variables; the loop only calls
 - ``GIGPO_DEBUG_LR_AT=<iteration>:<lr>`` runs that iteration's update at ``lr`` (a learning-rate
   spike, to show the guards acting on a real collapse; the update's scheduler step restores the
   configured lr after it);
+- ``GIGPO_DEBUG_SLOW_RANK=<rank>:<phase>:<seconds>`` sleeps that rank at each ``<phase>`` (also
+  ``before_run``, as the loop starts): whatever rank is slow, the ranks must decide alike;
 - ``GIGPO_DEBUG_KILL_SAMPLER_AT=<iteration>`` makes the off-policy sampler process
   (``gigpo.train.offpolicy``) exit as it starts that iteration's collect, once per run.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any, Callable
 
 Hook = Callable[[Any, int, str], None]  # (trainer, iteration, phase) -> None
@@ -25,6 +28,16 @@ def _kill_at(at: str) -> Hook:
     def hook(trainer, iteration: int, phase: str) -> None:
         if at == f"{iteration}:{phase}":
             os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
+def _slow_rank(at: str) -> Hook:
+    rank, when, seconds = at.split(":")
+
+    def hook(trainer, iteration: int, phase: str) -> None:
+        if phase == when and trainer.dist.rank == int(rank):
+            time.sleep(float(seconds))
 
     return hook
 
@@ -45,6 +58,8 @@ def hooks_from_env(environ=os.environ) -> list[Hook]:
     hooks = []
     if environ.get("GIGPO_DEBUG_SIGKILL_AT"):
         hooks.append(_kill_at(environ["GIGPO_DEBUG_SIGKILL_AT"]))
+    if environ.get("GIGPO_DEBUG_SLOW_RANK"):
+        hooks.append(_slow_rank(environ["GIGPO_DEBUG_SLOW_RANK"]))
     if environ.get("GIGPO_DEBUG_LR_AT"):
         hooks.append(_lr_at(environ["GIGPO_DEBUG_LR_AT"]))
     return hooks

@@ -335,7 +335,11 @@ class Trainer:
 
     def _run(self, progress: RunProgress, pt: dict) -> dict:
         result: dict = {}
-        cfg, started = self.cfg, best_checkpoint(self.run_dir) is not None  # checkpoint 0 follows eval_before
+        cfg = self.cfg
+        self._phase_done("before_run", self.iteration)
+        # Rank 0's answer for all: a rank that looked after rank 0 wrote checkpoint 0 below would skip
+        # the save's barrier and wait in the iteration's first collective for ever.
+        started = self.dist.broadcast(best_checkpoint(self.run_dir) is not None)  # 0 follows eval_before
         if started and cfg.log.eval_before:  # a resumed run evaluated its start in an earlier process
             before = logged_line(self.run_dir, "eval_before")
             if before is not None:
