@@ -57,3 +57,15 @@ def test_list_marks_plugins_and_broken_plugins(tmp_path):
     assert "module gigpo_echo_family: You are an agent that repeats words." in out
     assert "broken plug-in, BROKEN (not loaded): entry point 'broken' = 'nope_xyz:S'" in out
     assert "Traceback" not in res.stderr and "advantage estimators" not in out
+
+
+def test_list_into_a_closed_pipe_ends_quietly():
+    """`gigpo list | head -1`: the reader closes the pipe before the listing is written (here before
+    the process has even started); the command ends with the shell's SIGPIPE status and no traceback."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gigpo.cli", "list"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert err.decode() == "" and proc.returncode == 141

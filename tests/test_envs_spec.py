@@ -569,4 +569,14 @@ def test_the_make_tasks_contract_is_checked(registry, tmp_path, monkeypatch):
         from gigpo.envs import _check_tasks
 
         _check_tasks("echo", "train", 2, make_tasks("echo", "eval", n=2))
+    # A run's preflight makes the held-out tasks as `gigpo eval` does, and then with the validation
+    # tasks after them: the family's bug is a one-line error before anything is built.
+    from gigpo.train.checks import check_tasks
+
+    monkeypatch.chdir(ROOT)
+    over = ["env.family=shuffled", "env.family_module=", "env.task_seed=11", "env.eval_tasks=4"]
+    cfg = load_config("configs/template_family.yaml", [*over, "guard.val_every=5", "guard.val_tasks=4"])
+    with pytest.raises(ConfigError, match=r"^env.family: env family 'shuffled': make_tasks gave other first tasks"):
+        check_tasks(cfg)
+    check_tasks(load_config("configs/template_family.yaml", [*over, "env.task_seed=12", "guard.val_every=0"]))
     sys.modules.pop("shuffled_fam", None)

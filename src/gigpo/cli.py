@@ -482,7 +482,12 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("GIGPO_TRACEBACK"):
         return COMMANDS[cmd](rest) or 0
     try:
-        return COMMANDS[cmd](rest) or 0
+        code = COMMANDS[cmd](rest) or 0
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:  # `gigpo list | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush is quiet
+        return 141  # as a shell reports a SIGPIPE'd command
     except BaseException as e:  # noqa: BLE001 - _user_error re-raises what it does not know
         code, msg = _user_error(e)
         print(f"gigpo: {_rank_prefix()}{msg}", file=sys.stderr)

@@ -96,8 +96,12 @@ def make_tasks(family: str, split: str, n: int | None = None, seed: int = 0, **k
     return tasks
 
 
-def _contract_error(family: str, what: str) -> ValueError:
-    return ValueError(f"env family {family!r}: make_tasks {what} (the contract: docs/extending.md#the-module)")
+class FamilyContractError(ValueError):
+    """A family's ``make_tasks`` broke its contract (a bug in the family, not in the run's options)."""
+
+
+def _contract_error(family: str, what: str) -> FamilyContractError:
+    return FamilyContractError(f"env family {family!r}: make_tasks {what} (the contract: docs/extending.md#the-module)")
 
 
 def _check_tasks(family: str, split: str, n: int | None, tasks: Any) -> None:
@@ -168,6 +172,7 @@ def check_family(family: str, n: int = 6, seed: int = 0, **task_kwargs: Any) -> 
 
 __all__ = [
     "FAMILIES",
+    "FamilyContractError",
     "SPLITS",
     "FamilySpec",
     "Task",

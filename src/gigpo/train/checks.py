@@ -178,11 +178,13 @@ def _make(cfg: Config, split: str, n: int | None) -> list:
     """``make_tasks`` of ``env.family`` as the run calls it; a rejected ``env.task_kwargs`` is a
     ``ConfigError``. Asking for more tasks than the split has is left to ``check_tasks`` (the
     families that refuse it raise here; the list of the whole split then says how many there are)."""
-    from gigpo.envs import make_tasks
+    from gigpo.envs import FamilyContractError, make_tasks
 
     e = cfg.env
     try:
         return make_tasks(e.family, split, n=n, seed=e.task_seed, **e.task_kwargs)
+    except FamilyContractError as exc:
+        raise ConfigError(f"env.family: {exc}") from None
     except _TASK_ERRORS as exc:
         cause = exc
     if n is not None:
@@ -221,6 +223,8 @@ def check_tasks(cfg: Config, *, train: bool = True) -> tuple[list, list]:
     val = f"guard.val_tasks={n_val} validation tasks (guard.val_every={g.val_every})"
     if e.eval_tasks:
         want = e.eval_tasks + n_val
+        if n_val:  # the held-out tasks as `gigpo eval` makes them: make_tasks remembers them and compares
+            _make(cfg, "eval", e.eval_tasks)
         pool = _make(cfg, "eval", want)
         if len(pool) < want and n_val:
             raise ConfigError(
