@@ -62,6 +62,16 @@ def test_eval_rejects_an_env_kwarg_typo_as_train_does(capsys):
     assert out == ""
     (line,) = _gigpo_lines(err)
     assert line.startswith("gigpo: config error: env.kwargs:") and "grid_styl" in line and "Traceback" not in err
+    assert "scoring" not in err  # the refusal is the first thing said
+
+
+def test_eval_refuses_more_tasks_than_the_split_before_announcing_a_score(capsys, tmp_path):
+    out_file = tmp_path / "res" / "e.json"
+    args = ["--config", str(CONFIGS / "sokoban_tiny.yaml"), "env.eval_tasks=100000", "--out", str(out_file)]
+    assert main(["eval", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gigpo: config error: env.eval_tasks: 100000 eval tasks asked for"), err
+    assert not out_file.parent.exists()  # nothing made before everything is checked
 
 
 def test_eval_exits_1_when_every_episode_faulted(monkeypatch, capsys):

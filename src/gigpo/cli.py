@@ -248,6 +248,9 @@ def cmd_eval(argv) -> int:
     if args.print_config:
         return _print_config(cfg)
     _threads(cfg)
+    from gigpo.train.checks import check_run
+
+    check_run(cfg, train=False)  # model path, device, env and task counts: before anything is said or made
     # Where the results go, made before the evaluation: a bad --out must not cost an evaluation.
     out_dir = Path(args.out).parent if args.out else (run / "eval" if run is not None else None)
     if args.out and Path(args.out).is_dir():
@@ -281,7 +284,7 @@ def cmd_eval(argv) -> int:
             file=sys.stderr,
             flush=True,
         )
-    m = evaluate_model(cfg)
+    m = evaluate_model(cfg, checked=True)
     n, failed = m.get("num_trajectories", 0), m.get("failed_rate", 0.0)
     if n and failed >= 1.0:
         print(

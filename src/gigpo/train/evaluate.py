@@ -45,7 +45,7 @@ def fewshot_examples(cfg, agent) -> list:
     return collect_fewshot(e.family, pool, agent, max_steps=e.max_steps, env_kwargs=e.kwargs, seed=cfg.seed)
 
 
-def evaluate_model(cfg, make_generator=None) -> dict:
+def evaluate_model(cfg, make_generator=None, *, checked: bool = False) -> dict:
     """Rollout metrics of ``cfg.model`` on ``cfg.env.eval_tasks`` eval-split tasks at the eval temperature.
 
     ``make_generator``: ``(model, tokenizer) -> Generator`` (default ``HFGenerator``, or with
@@ -61,7 +61,8 @@ def evaluate_model(cfg, make_generator=None) -> dict:
     from gigpo.train.factories import build_agent, grouped_envs, load_kwargs
     from gigpo.train.checks import check_run
 
-    check_run(cfg, train=False)  # model path, device, env: before anything loads
+    if not checked:
+        check_run(cfg, train=False)  # model path, device, env: before anything loads
     api = cfg.rollout.backend == "api" and make_generator is None
     if api:
         model, tok = None, _load_tokenizer(cfg)
