@@ -178,6 +178,59 @@ def test_cli_reports_a_mistyped_env_kwarg_in_one_line(tmp_path, capsys):
     assert "\n" not in err and not any(tmp_path.iterdir())
 
 
+BAD_EXPERT_FAMILY = """
+import dataclasses
+import gigpo_echo_family as echo
+
+
+class Env(echo.EchoEnv):
+    def expert_action(self):
+        raise RuntimeError("no expert in this room")
+
+
+def make_env(choices=3):
+    return Env(choices)
+
+
+def make_tasks(split, n=None, seed=0):
+    return [dataclasses.replace(t, family="badexp") for t in echo.make_tasks(split, n, seed)]
+
+
+FAMILY_SPEC = dataclasses.replace(echo.FAMILY_SPEC, name="badexp", module=__name__, tiny_corpus_episodes=2)
+"""
+
+
+def test_a_family_whose_expert_fails_stops_the_run_in_one_line_and_leaves_nothing(tmp_path):
+    """With SFT on, preflight plays the expert once (a config error before any dir exists); with
+    SFT off, tiny's corpus build meets it: one line, exit 1, and the run dir it had made removed
+    with the run it had set aside back in its place."""
+    (tmp_path / "badexp.py").write_text(BAD_EXPERT_FAMILY)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent / "data" / "plugin_family"),
+        "GIGPO_CACHE": str(tmp_path / "cache"),  # tiny is built here, so its corpus meets the family
+        "OMP_NUM_THREADS": "1",
+    }
+    runs = tmp_path / "runs"
+    cmd = [
+        sys.executable, "-m", "gigpo.cli", "train", "--config", str(CONFIGS / "template_family.yaml"),
+        "env.family=badexp", f"env.family_module={tmp_path / 'badexp.py'}", f"output_dir={runs}", "name=x",
+    ]  # fmt: skip
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "sft.enabled: the badexp env's expert_action failed" in r.stderr and "no expert in this room" in r.stderr
+    assert not runs.exists()
+    (runs / "x").mkdir(parents=True)
+    (runs / "x" / "metrics.jsonl").write_text("an earlier run\n")
+    r = subprocess.run([*cmd, "sft.enabled=false"], env=env, capture_output=True, text=True, timeout=300)
+    err = [x for x in r.stderr.splitlines() if x.startswith("gigpo:")]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(err) == 1 and "tiny corpus: env family 'badexp' failed to give its text" in err[0], r.stderr
+    assert "removed: the run failed before it began" in r.stdout
+    assert [p.name for p in runs.iterdir()] == ["x"]
+    assert (runs / "x" / "metrics.jsonl").read_text() == "an earlier run\n"
+
+
 # --------------------------------------------------------------------------- resume
 
 

@@ -511,6 +511,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
     from gigpo.train.collect import RunStopped
     from gigpo.train.config import ConfigError
     from gigpo.train.rundir import RunDirLocked
+    from gigpo.policy.tiny import TinyCorpusError
     from gigpo.train.sft import SFTError
 
     from gigpo.train.checkpoint import latest_checkpoint
@@ -530,7 +531,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
         return 2, f"config file is not valid YAML: {' '.join(str(e).split())}"
     if isinstance(e, CheckpointError):
         return 1, f"checkpoint error: {e}"
-    if isinstance(e, (RunDirLocked, SFTError, RunStopped)):
+    if isinstance(e, (RunDirLocked, SFTError, RunStopped, TinyCorpusError)):
         return 1, str(e)
     from gigpo.train.serving import LaunchError, ServerError
 

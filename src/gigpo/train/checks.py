@@ -269,5 +269,13 @@ def check_env(cfg: Config, *, train: bool = True) -> None:
             f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
             f"{task.split} task: {type(exc).__name__}: {exc}"
         ) from None
+    try:  # the SFT warm start (and tiny's corpus) play the expert: a failing one stops a run here
+        if train and cfg.sft.enabled:
+            env.expert_action()
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(
+            f"sft.enabled: the {e.family} env's expert_action failed on a {task.split} task "
+            f"({type(exc).__name__}: {exc}); fix it, or set sft.enabled=false"
+        ) from None
     finally:
         getattr(env, "close", lambda: None)()

@@ -52,6 +52,9 @@ class RunDirLock:
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd, self.path = fd, path
+        # set by open_run_dir for a fresh run: the dir is this run's own, and the old run it set aside
+        self.fresh: bool = False
+        self.set_aside: Path | None = None
 
     @classmethod
     def acquire(cls, run_dir: str | Path, *, create: bool = True) -> RunDirLock:
@@ -129,15 +132,41 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
         print(f"kept the previous run in {run_dir.name} as {old} (use --resume to continue a run)", flush=True)
         run_dir.mkdir(parents=True)
         lock = RunDirLock.acquire(run_dir)
+        lock.fresh, lock.set_aside = True, old
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = RunDirLock.acquire(run_dir)
+        lock.fresh = True
     ckdir = run_dir / "checkpoints"
     if ckdir.is_dir():
         for p in ckdir.iterdir():
             if p.name.startswith((".tmp-", ".latest-")):  # left by a run killed mid-save
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     return lock
+
+
+def undo_fresh_start(run_dir: str | Path, lock: RunDirLock) -> bool:
+    """Remove the dir of a fresh run that failed before writing anything but its config (and put
+    back the run it set aside), so a failed start leaves nothing behind; releases ``lock``. A dir
+    holding anything else (a server's log, a checkpoint) is kept. True when it was removed."""
+    run_dir = Path(run_dir)
+    try:
+        names = {p.name for p in run_dir.iterdir()}
+    except OSError:
+        names = {"?"}
+    if not lock.fresh or not names <= {LOCK_NAME, "config.yaml"}:
+        lock.release()
+        return False
+    (run_dir / "config.yaml").unlink(missing_ok=True)
+    lock.path.unlink(missing_ok=True)
+    lock.release()
+    try:
+        run_dir.rmdir()
+        if lock.set_aside is not None and not run_dir.exists():
+            os.rename(lock.set_aside, run_dir)
+    except OSError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- resume

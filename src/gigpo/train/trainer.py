@@ -84,6 +84,13 @@ class Trainer:
             self.dist.barrier()
             self._setup(resume, force)
         except BaseException:
+            if self._lock is not None and not resume:
+                from gigpo.train.rundir import undo_fresh_start
+
+                lock, self._lock = self._lock, None
+                if undo_fresh_start(self.run_dir, lock):
+                    kept = "; the previous run it set aside is back in it" if lock.set_aside else ""
+                    self._say(f"run directory {self.run_dir} removed: the run failed before it began{kept}")
             self.close()
             raise
 
