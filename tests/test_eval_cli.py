@@ -146,3 +146,35 @@ def test_eval_run_dir_errors_are_one_line(run_dir, tmp_path, capsys):
         out, err = capsys.readouterr()
         (line,) = _gigpo_lines(err)
         assert msg in line and out == "", (argv, err)
+
+
+def test_eval_samples_what_the_runs_held_out_eval_sampled(run_dir):
+    """gigpo eval and the trainer's held-out eval (``Evaluator.heldout``, the run's final score)
+    draw the same tokens for the same model, tasks and config: a run's model scores the same in
+    both, so ``gigpo eval RUN_DIR`` reproduces the run's eval_final."""
+    from gigpo.policy.generate import HFGenerator
+    from gigpo.policy.load import load_policy
+    from gigpo.train.config import load_config
+    from gigpo.train.evaluate import evaluate_model
+    from gigpo.train.evaluator import Evaluator
+    from gigpo.train.factories import build_agent, grouped_envs, load_kwargs, task_pools
+
+    cfg = load_config(run_dir / "config.yaml", [f"model.name_or_path={run_dir / 'model'}", "sft.enabled=false"])
+    drawn: dict[str, list] = {"train": [], "eval": []}
+
+    def recording(key):
+        class Recording(HFGenerator):
+            def generate(self, prompts, params, constraints=None):
+                out = super().generate(prompts, params, constraints)
+                drawn[key] += [g.token_ids.tolist() for g in out]
+                return out
+
+        return Recording
+
+    model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
+    gen = recording("train")(model, tok)
+    with grouped_envs(cfg.env, 1) as envs:
+        m = Evaluator(cfg, envs, build_agent(cfg, tok), tok, lambda: gen).heldout(task_pools(cfg)[1])
+    got = evaluate_model(cfg, make_generator=recording("eval"))
+    assert drawn["eval"] and drawn["eval"] == drawn["train"]
+    assert got == {k.removeprefix("eval/"): v for k, v in m.items() if k != "time/eval"}

@@ -213,8 +213,9 @@ def cmd_eval(argv) -> int:
         "eval",
         "Evaluate a model on the held-out (eval split) tasks: a run's delivered model "
         "(gigpo eval RUN_DIR: RUN_DIR/model with RUN_DIR's config; results also written to "
-        "RUN_DIR/eval/<time>.json), or model.name_or_path of --config. The metrics go to stdout as "
-        "JSON; the model scored is named on stderr and in the results file.",
+        "RUN_DIR/eval/<time>.json), or model.name_or_path of --config. The tasks and sampling seed are "
+        "those of a run's held-out eval, so a run's model scores as its final eval did. The metrics go "
+        "to stdout as JSON; the model scored is named on stderr and in the results file.",
     )
     p.usage = "gigpo eval [RUN_DIR | --config FILE] [--out FILE] [--tag TAG] [key=value ...]"
     p.add_argument("--out", metavar="FILE", help="also write the results (model, config, metrics) to FILE as JSON")

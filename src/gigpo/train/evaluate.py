@@ -54,12 +54,13 @@ def evaluate_model(cfg, make_generator=None, *, checked: bool = False) -> dict:
     ``agent.mode=react|reflexion``: ``prompting_eval``'s metrics (docs/metrics.md).
     """
     from gigpo.envs import make_tasks
-    from gigpo.policy.base import SamplingParams
     from gigpo.policy.generate import HFGenerator
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout, prompting_eval
     from gigpo.train.factories import build_agent, grouped_envs, load_kwargs
+    from gigpo.train import seeds
     from gigpo.train.checks import check_run
+    from gigpo.train.collect import sampling_params
 
     if not checked:
         check_run(cfg, train=False)  # model path, device, env: before anything loads
@@ -71,12 +72,9 @@ def evaluate_model(cfg, make_generator=None, *, checked: bool = False) -> dict:
     e = cfg.env
     tasks = make_tasks(e.family, "eval", n=e.eval_tasks or None, seed=e.task_seed, **e.task_kwargs)
     agent = build_agent(cfg, tok)
-    params = SamplingParams(
-        temperature=cfg.rollout.eval_temperature,
-        top_p=cfg.rollout.top_p,
-        max_new_tokens=cfg.rollout.max_response_tokens,
-        seed=cfg.seed,
-    )
+    # The sampling seed of the trainer's held-out eval: a run's model scores here as it did at the
+    # end of its run (the same tasks and the same random numbers).
+    params = sampling_params(cfg, cfg.rollout.eval_temperature, seeds.iteration_seed(cfg.seed, 0, seeds.EVAL))
     mode = cfg.agent.mode
     examples = fewshot_examples(cfg, agent) if mode != "policy" else []
     server = None
