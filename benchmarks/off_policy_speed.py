@@ -5,8 +5,9 @@ run): ``train.off_policy_steps=0`` with the config's ``train.torch_threads``, an
 ``train.off_policy_steps=K`` with one torch thread for the learner and one for the sampler process,
 with each ``train.off_policy_loss`` (``decoupled`` adds a forward pass for the proximal log-probs).
 Prints, per config and mode, the mean ``time/iteration`` over iterations 2.. (iteration 1 fills the
-pipeline: nothing to overlap yet), its rollout (wait), old log-prob and update parts, and the
-speed-up over the series run.
+pipeline: nothing to overlap yet; the first iteration of a resumed run is left out for the same
+reason), its rollout (wait), old log-prob and update parts, the seconds per 100 updated rows (the
+modes train on different batches), and the speed-ups over the series run.
 Evaluation before and after training and validation are switched off; they do not overlap.
 
 Usage: python benchmarks/off_policy_speed.py [--configs A.yaml B.yaml] [--iterations N]
@@ -53,21 +54,38 @@ def run(config: Path, name: str, overrides: list[str], iterations: int, out: Pat
         cmd = [sys.executable, "-m", "gigpo.cli", "train", "--config", str(config), *QUIET, *overrides]
         cmd += [f"train.iterations={iterations}", f"output_dir={out}", f"name={name}"]
         if run_dir.exists():
-            cmd = [sys.executable, "-m", "gigpo.cli", "train", "--resume", str(run_dir)]
+            # a longer --iterations trains a finished run on
+            cmd = [
+                sys.executable,
+                "-m",
+                "gigpo.cli",
+                "train",
+                "--resume",
+                str(run_dir),
+                f"train.iterations={iterations}",
+            ]
         print(f"[{name}] {' '.join(cmd[3:])}", flush=True)
+        starts = out / f"{name}.starts.json"  # where each process began: its first iteration refills the pipeline
+        begun = json.loads(starts.read_text()) if starts.exists() else []
+        starts.write_text(json.dumps([*begun, len(train_lines())]))
         env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
         subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return train_lines()
+    starts = out / f"{name}.starts.json"
+    first = {i + 1 for i in (json.loads(starts.read_text()) if starts.exists() else [0])}
+    return [x for x in train_lines() if x["iteration"] not in first]
 
 
 def summary(lines: list[dict]) -> dict:
-    later = lines[1:] or lines
+    """Means over the timed iterations; ``per_100_rows``: iteration seconds per 100 updated rows
+    (the modes train on different batches, whose sizes differ)."""
 
     def mean(key):
-        return statistics.fmean(x.get(key, 0.0) for x in later)
+        return statistics.fmean(x.get(key, 0.0) for x in lines)
 
     keys = ("iteration", "rollout", "old_logprob", "update")
-    return {k: mean(f"time/{k}") for k in keys}
+    rows = sum(x.get("train/rows_updated", 0) for x in lines)
+    per_100 = 100 * sum(x["time/iteration"] for x in lines) / rows if rows else float("nan")
+    return {k: mean(f"time/{k}") for k in keys} | {"per_100_rows": per_100, "n": len(lines)}
 
 
 def main(argv=None) -> None:
@@ -99,15 +117,21 @@ def main(argv=None) -> None:
         for label, tag, o in modes:
             got.append((label, summary(run(config, f"{config.stem}-{tag}", [*o, *a.overrides], a.iterations, out))))
         table.append((config.name, got))
-    print(f"\n{cpu_model()}, {os.cpu_count()} CPUs; mean seconds per iteration over iterations 2..{a.iterations}")
-    print("| config | mode | iteration | rollout (wait) | old log-prob | update | speed-up |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        f"\n{cpu_model()}, {os.cpu_count()} CPUs; mean seconds per iteration over iterations 2..{a.iterations} "
+        "(less the first of each resumed process: nothing in flight yet)"
+    )
+    print(
+        "| config | mode | iterations | iteration | rollout (wait) | old log-prob | update | s / 100 rows | speed-up |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, got in table:
-        base = got[0][1]["iteration"]
+        base, base_rows = got[0][1]["iteration"], got[0][1]["per_100_rows"]
         for label, m in got:
             print(
-                f"| {name} | {label} | {m['iteration']:.1f} s | {m['rollout']:.1f} | {m['old_logprob']:.1f} | "
-                f"{m['update']:.1f} | {base / m['iteration']:.2f}x |"
+                f"| {name} | {label} | {m['n']} | {m['iteration']:.1f} s | {m['rollout']:.1f} | "
+                f"{m['old_logprob']:.1f} | {m['update']:.1f} | {m['per_100_rows']:.2f} | "
+                f"{base / m['iteration']:.2f}x ({base_rows / m['per_100_rows']:.2f}x per row) |"
             )
     print(f"runs: {out}")
 
