@@ -512,7 +512,7 @@ def _user_error(e: BaseException) -> tuple[int, str]:
     from gigpo.train.collect import RunStopped
     from gigpo.train.config import ConfigError
     from gigpo.train.rundir import RunDirLocked
-    from gigpo.policy.tiny import TinyCorpusError
+    from gigpo.train.build import TinyCorpusError
     from gigpo.train.sft import SFTError
 
     from gigpo.train.checkpoint import latest_checkpoint

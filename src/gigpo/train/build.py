@@ -9,6 +9,7 @@ from typing import Callable
 
 from gigpo.train.config import Config
 from gigpo.train.factories import load_kwargs
+from gigpo.policy.tiny import TinyCorpusError  # noqa: F401 - the CLI names it through train (layering)
 
 
 def start_model(cfg: Config, main_first: Callable, phase_times: dict, *, build_it: bool, main: bool) -> str:
