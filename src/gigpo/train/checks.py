@@ -252,7 +252,7 @@ def check_tasks(cfg: Config, *, train: bool = True) -> tuple[list, list]:
 
 def check_env(cfg: Config, *, train: bool = True) -> None:
     """The task counts (``check_tasks``); then one env of ``env.family`` built with ``env.kwargs``
-    and reset on the run's first task."""
+    and reset on the run's first task, its expert asked once when the run starts with SFT."""
     from gigpo.envs import make_env
 
     e = cfg.env
@@ -263,19 +263,20 @@ def check_env(cfg: Config, *, train: bool = True) -> None:
     except TypeError as exc:
         raise ConfigError(f"env.kwargs: a {e.family} env cannot be built with {e.kwargs}: {exc}") from None
     try:
-        env.reset(task)
-    except Exception as exc:  # noqa: BLE001 - surfaced as a config problem, with its cause
-        raise ConfigError(
-            f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
-            f"{task.split} task: {type(exc).__name__}: {exc}"
-        ) from None
-    try:  # the SFT warm start (and tiny's corpus) play the expert: a failing one stops a run here
-        if train and cfg.sft.enabled:
-            env.expert_action()
-    except Exception as exc:  # noqa: BLE001
-        raise ConfigError(
-            f"sft.enabled: the {e.family} env's expert_action failed on a {task.split} task "
-            f"({type(exc).__name__}: {exc}); fix it, or set sft.enabled=false"
-        ) from None
+        try:
+            env.reset(task)
+        except Exception as exc:  # noqa: BLE001 - surfaced as a config problem, with its cause
+            raise ConfigError(
+                f"env: a {e.family} env built with env.kwargs={e.kwargs} failed to reset on a "
+                f"{task.split} task: {type(exc).__name__}: {exc}"
+            ) from None
+        try:  # the SFT warm start plays the expert: a failing one stops a run here
+            if train and cfg.sft.enabled:
+                env.expert_action()
+        except Exception as exc:  # noqa: BLE001
+            raise ConfigError(
+                f"sft.enabled: the {e.family} env's expert_action failed on a {task.split} task "
+                f"({type(exc).__name__}: {exc}); fix it, or set sft.enabled=false"
+            ) from None
     finally:
         getattr(env, "close", lambda: None)()

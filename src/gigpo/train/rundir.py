@@ -52,9 +52,7 @@ class RunDirLock:
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd, self.path = fd, path
-        # set by open_run_dir for a fresh run: the dir is this run's own, and the old run it set aside
-        self.fresh: bool = False
-        self.set_aside: Path | None = None
+        self.set_aside: Path | None = None  # a fresh run's open_run_dir: the old run it moved away
 
     @classmethod
     def acquire(cls, run_dir: str | Path, *, create: bool = True) -> RunDirLock:
@@ -132,11 +130,10 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
         print(f"kept the previous run in {run_dir.name} as {old} (use --resume to continue a run)", flush=True)
         run_dir.mkdir(parents=True)
         lock = RunDirLock.acquire(run_dir)
-        lock.fresh, lock.set_aside = True, old
+        lock.set_aside = old
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock = RunDirLock.acquire(run_dir)
-        lock.fresh = True
     ckdir = run_dir / "checkpoints"
     if ckdir.is_dir():
         for p in ckdir.iterdir():
@@ -146,15 +143,15 @@ def open_run_dir(run_dir: str | Path, *, resume: bool) -> RunDirLock:
 
 
 def undo_fresh_start(run_dir: str | Path, lock: RunDirLock) -> bool:
-    """Remove the dir of a fresh run that failed before writing anything but its config (and put
+    """Remove the dir of a fresh (not resumed) run that failed before writing anything but its config (and put
     back the run it set aside), so a failed start leaves nothing behind; releases ``lock``. A dir
     holding anything else (a server's log, a checkpoint) is kept. True when it was removed."""
     run_dir = Path(run_dir)
     try:
-        names = {p.name for p in run_dir.iterdir()}
+        only_config = {p.name for p in run_dir.iterdir()} <= {LOCK_NAME, "config.yaml"}
     except OSError:
-        names = {"?"}
-    if not lock.fresh or not names <= {LOCK_NAME, "config.yaml"}:
+        only_config = False
+    if not only_config:
         lock.release()
         return False
     (run_dir / "config.yaml").unlink(missing_ok=True)
