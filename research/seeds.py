@@ -110,6 +110,7 @@ def run_seed(args, seed: int, threads: int | None) -> dict:
         "seed": seed,
         "start": s["success_before"],
         "final": s["success_final"],
+        "change_se": s.get("success_change_se"),
         "last": s["success_last"] if s["success_last"] is not None else s["success_final"],
         "delivered_iteration": s["models"]["model"],
         "iterations": s["iterations"],
@@ -137,8 +138,9 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['seed']} | {r['error']} ||||||||")
             continue
         ch = 100 * (r["final"] - r["start"])
+        se = f" ± {100 * r['change_se']:.1f}" if r.get("change_se") is not None else ""
         lines.append(
-            f"| {r['seed']} | {_pct(r['start'])} | {_pct(r['final'])} | {_pct(r['last'])} | {ch:+.1f} | "
+            f"| {r['seed']} | {_pct(r['start'])} | {_pct(r['final'])} | {_pct(r['last'])} | {ch:+.1f}{se} | "
             f"iteration {r['delivered_iteration']} of {r['iterations']} | {r['rollbacks']} | "
             f"{r['minutes']:.0f} | {r.get('peak_rss_gb', 0.0):.1f} | `{r['sft_sha256']}` |"
         )

@@ -67,7 +67,7 @@ def test_no_signal_is_one_exactly_when_every_advantage_is_zero():
 
 def test_a_run_names_its_dir_explains_its_line_and_resumes_with_the_before_after_table(tmp_path):
     env = dict(os.environ, GIGPO_DEBUG_SIGKILL_AT="2:after_rollout")
-    extra = ["train.iterations=3", "log.eval_before=true", "guard.val_every=2", "guard.val_tasks=1"]
+    extra = ["train.iterations=3", "log.eval_before=true", "guard.val_every=2", "guard.val_tasks=1", "env.eval_tasks=3"]
     killed = subprocess.run(train_cmd(tmp_path, "r", extra), capture_output=True, text=True, env=env, timeout=600)
     assert killed.returncode != 0
     out = killed.stdout
@@ -84,7 +84,25 @@ def test_a_run_names_its_dir_explains_its_line_and_resumes_with_the_before_after
     assert sum(x["tag"] == "eval_before" for x in lines) == 1  # not evaluated again on resume
     assert all("train/no_signal" in x for x in lines if x["tag"] == "train")
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["success_before"] == next(x["eval/success"] for x in lines if x["tag"] == "eval_before")
+    before = next(x for x in lines if x["tag"] == "eval_before")
+    final = next(x for x in lines if x["tag"] == "eval_final")
+    assert summary["success_before"] == before["eval/success"]
+    # Each held-out task's outcome is logged, so the change carries its paired standard error,
+    # also after a resume (the start's outcomes come from the killed process's line).
+    won_b, won_a = (np.array([int(c) for c in x["eval/won_per_task"]]) for x in (before, final))
+    assert len(won_b) == len(won_a) >= 2 and won_b.mean() == before["eval/success"]
+    d = won_a - won_b
+    assert summary["success_change_se"] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)))
+    assert f"paired standard error over the {len(d)} tasks" in r.stdout
+
+
+def test_paired_change_is_the_mean_per_task_difference_with_its_standard_error():
+    from gigpo.train.evaluator import paired_change
+
+    change, se = paired_change({"eval/won_per_task": "0011"}, {"eval/won_per_task": "0111"})
+    assert change == 0.25 and se == pytest.approx(0.25)  # differences 0, 1, 0, 0: sd 0.5 over 4
+    assert paired_change({"eval/won_per_task": "01"}, {"eval/won_per_task": "011"}) is None  # other tasks
+    assert paired_change({}, {"eval/won_per_task": "01"}) is None
 
 
 def test_the_report_counts_iterations_without_signal(tmp_path):

@@ -16,6 +16,18 @@ from gigpo.train.collect import sampling_params
 VAL_KEYS = ("success", "score", "episode_length", "num_trajectories")
 
 
+def paired_change(before: dict, after: dict) -> tuple[float, float] | None:
+    """(change of held-out success, its paired standard error) from two evals' ``eval/won_per_task``
+    on the same tasks: the standard error of the mean per-task difference. None without them."""
+    a, b = before.get("eval/won_per_task"), after.get("eval/won_per_task")
+    if not a or not b or len(a) != len(b) or len(a) < 2:
+        return None
+    import numpy as np
+
+    d = np.array([int(y) - int(x) for x, y in zip(a, b)], dtype=float)
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+
 class Evaluator:
     """``run(pool, seed)`` rolls out ``pool`` once per task with the sampler that ``sampler()``
     returns, ready with the current weights (rank 0 only)."""
@@ -24,12 +36,15 @@ class Evaluator:
         self.cfg, self.envs, self.agent, self.tokenizer, self.sampler = cfg, envs, agent, tokenizer, sampler
 
     def run(self, pool, seed: int, progress=None) -> tuple[dict, float]:
-        """(rollout metrics, seconds); ``progress(done, total)`` is told as episodes end."""
+        """(rollout metrics, seconds); ``progress(done, total)`` is told as episodes end. The metrics
+        include ``won_per_task``: "1"/"0" per task of ``pool``, in its order (paired comparisons)."""
         from gigpo.rollout import eval_rollout
 
         t0 = time.perf_counter()
         params = sampling_params(self.cfg, self.cfg.rollout.eval_temperature, seed)
-        _, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params, progress=progress)
+        batch, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params, progress=progress)
+        won = dict(zip(batch.traj_task_id, batch.traj_won))
+        m["won_per_task"] = "".join("1" if won.get(t.task_id) else "0" for t in pool)
         return m, time.perf_counter() - t0
 
     def validation(self, pool, progress=None) -> dict:

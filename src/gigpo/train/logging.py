@@ -264,14 +264,27 @@ def print_eval_comparison(before: dict, after: dict) -> None:
         if k.startswith("eval/success")
         or k in ("eval/score", "eval/episode_length", "eval/invalid_action_rate", "eval/tool_calls_per_question")
     )
+    from gigpo.train.evaluator import paired_change
+
     t = Table(title="held-out evaluation: before vs after training")
     for c in ("metric", "before", "after", "change"):
         t.add_column(c)
+    paired = paired_change(before, after)
     for k in keys:
         b, a = before.get(k), after.get(k)
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        t.add_row(k[len("eval/") :], fmt(b), fmt(a), "-" if a is None or b is None else f"{a - b:+.3f}")
+        change = "-" if a is None or b is None else f"{a - b:+.3f}"
+        if k == "eval/success" and paired is not None:
+            change += f" ± {paired[1]:.3f}"
+        t.add_row(k[len("eval/") :], fmt(b), fmt(a), change)
     Console().print(t)
+    if paired is not None:
+        n = len(after["eval/won_per_task"])
+        print(
+            f"± is the paired standard error over the {n} tasks; a change inside two of them is not "
+            f"told apart from evaluation noise (a larger env.eval_tasks narrows it)",
+            flush=True,
+        )
 
 
 def print_model_table(

@@ -54,17 +54,21 @@ def logged_line(run_dir: Path, tag: str) -> dict | None:
 def write_summary(run_dir: Path, trainer, result: dict, models: dict, selection: str) -> Path:
     """``summary.json``: start and final held-out success, which iteration each saved model is
     from, guard events, the start model's weights hash, wall time per phase."""
+    from gigpo.train.evaluator import paired_change
+
     g = lambda k: (result.get(k) or {}).get("eval/success")  # noqa: E731
-    before = g("before")
-    if before is None:
-        before = (logged_line(run_dir, "eval_before") or {}).get("eval/success")
+    before_m = result.get("before") or logged_line(run_dir, "eval_before") or {}
+    before = before_m.get("eval/success")
     wd, val = trainer.watchdog, trainer.cfg.guard.val_every
+    paired = paired_change(before_m, result.get("after") or {})
     out = {
         "start_model": str(trainer.model_path),
         "start_model_sha256": trainer.start_hash,
         "success_before": before,
         "success_final": g("after"),
         "success_last": g("last"),
+        # paired standard error of success_final - success_before over the held-out tasks
+        "success_change_se": paired[1] if paired else None,
         "models": models,
         "selection": selection,
         "best_val_success": wd.best_val if val and wd.best_val > float("-inf") else None,
