@@ -9,7 +9,8 @@ same tasks give the spread that sampling alone puts into the held-out change.
     python research/eval_noise.py RUN_DIR --tasks 480 --sample-seeds run,1,2 --out noise.json
     python research/eval_noise.py --report noise.json [more.json ...]
 
-``run`` is the run's own held-out sampling seed (the change it printed). Several processes may
+``run`` is the run's own held-out sampling seed; in a batch of another size it draws other tokens
+than the run's eval did, so it is one more draw, not the change the run printed. Several processes may
 write parts (``--models start`` in one, ``--models last`` in another) into different files; the
 report reads them together.
 """
@@ -39,9 +40,8 @@ def outcomes(cfg, model_path: str, n_tasks: int, sample_seed: int) -> list[bool]
     params = sampling_params(cfg, cfg.rollout.eval_temperature, sample_seed)
     with grouped_envs(e, 1) as envs:
         batch, _ = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, build_agent(cfg, tok), params)
-    won = np.zeros(len(tasks), dtype=bool)
-    won[batch.traj_episode_id] = batch.traj_won
-    return won.tolist()
+    won = dict(zip(batch.traj_task_id, batch.traj_won))  # as the trainer's eval/won_per_task
+    return [bool(won.get(t.task_id)) for t in tasks]
 
 
 def measure(args) -> int:
@@ -102,7 +102,7 @@ def report(paths: list[str]) -> int:
         wa, wb = np.array(a["won"][:n], float), np.array(b["won"][:n], float)
         dh = 100 * (wb[:h].mean() - wa[:h].mean())
         held.append(dh)
-        tag = " (the run's)" if a["run_seed"] else ""
+        tag = " (the run's seed)" if a["run_seed"] else ""
         if n > lo:
             unseen.append(100 * (wb[lo:].mean() - wa[lo:].mean()))
             print(f"| {s}{tag} | {h} | {dh:+.1f} | {n - lo} | {unseen[-1]:+.1f} |")
