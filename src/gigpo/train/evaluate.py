@@ -61,6 +61,7 @@ def evaluate_model(cfg, make_generator=None, *, checked: bool = False) -> dict:
     from gigpo.train import seeds
     from gigpo.train.checks import check_run
     from gigpo.train.collect import sampling_params
+    from gigpo.train.evaluator import won_per_task
 
     if not checked:
         check_run(cfg, train=False)  # model path, device, env: before anything loads
@@ -96,7 +97,8 @@ def evaluate_model(cfg, make_generator=None, *, checked: bool = False) -> dict:
     try:
         with grouped_envs(e, 1) as envs:
             if mode == "policy" and not api:
-                _, m = eval_rollout(envs, tasks, gen, tok, agent, params)
+                batch, m = eval_rollout(envs, tasks, gen, tok, agent, params)
+                m["won_per_task"] = won_per_task(batch, tasks)  # as a run's held-out eval logs it
             else:
                 m = prompting_eval(
                     envs,

@@ -16,6 +16,13 @@ from gigpo.train.collect import sampling_params
 VAL_KEYS = ("success", "score", "episode_length", "num_trajectories")
 
 
+def won_per_task(batch, tasks) -> str:
+    """ "1"/"0" per task of ``tasks`` (one rollout each), in their order: a compact per-task record
+    that two evals on the same tasks compare task by task (``paired_change``)."""
+    won = dict(zip(batch.traj_task_id, batch.traj_won))
+    return "".join("1" if won.get(t.task_id) else "0" for t in tasks)
+
+
 def paired_change(before: dict, after: dict) -> tuple[float, float] | None:
     """(change of held-out success, its paired standard error) from two evals' ``eval/won_per_task``
     on the same tasks: the standard error of the mean per-task difference. None without them."""
@@ -43,8 +50,7 @@ class Evaluator:
         t0 = time.perf_counter()
         params = sampling_params(self.cfg, self.cfg.rollout.eval_temperature, seed)
         batch, m = eval_rollout(self.envs, pool, self.sampler(), self.tokenizer, self.agent, params, progress=progress)
-        won = dict(zip(batch.traj_task_id, batch.traj_won))
-        m["won_per_task"] = "".join("1" if won.get(t.task_id) else "0" for t in pool)
+        m["won_per_task"] = won_per_task(batch, pool)
         return m, time.perf_counter() - t0
 
     def validation(self, pool, progress=None) -> dict:
