@@ -32,6 +32,7 @@ def outcomes(cfg, model_path: str, n_tasks: int, sample_seed: int) -> list[bool]
     from gigpo.policy.load import load_policy
     from gigpo.rollout import eval_rollout
     from gigpo.train.collect import sampling_params
+    from gigpo.train.evaluator import won_per_task
     from gigpo.train.factories import build_agent, grouped_envs, load_kwargs
 
     model, tok = load_policy(model_path, **load_kwargs(cfg))
@@ -40,8 +41,7 @@ def outcomes(cfg, model_path: str, n_tasks: int, sample_seed: int) -> list[bool]
     params = sampling_params(cfg, cfg.rollout.eval_temperature, sample_seed)
     with grouped_envs(e, 1) as envs:
         batch, _ = eval_rollout(envs, tasks, HFGenerator(model, tok), tok, build_agent(cfg, tok), params)
-    won = dict(zip(batch.traj_task_id, batch.traj_won))  # as the trainer's eval/won_per_task
-    return [bool(won.get(t.task_id)) for t in tasks]
+    return [c == "1" for c in won_per_task(batch, tasks)]
 
 
 def measure(args) -> int:
