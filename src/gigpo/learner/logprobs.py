@@ -43,6 +43,7 @@ def token_logprobs(
     allowed: Sequence | None = None,
     pad_multiple: int = 1,
     with_hidden: bool = False,
+    share_prefix: bool = False,
 ):
     """Log-probs of ``responses`` given ``prompts`` in one right-padded forward pass.
 
@@ -58,7 +59,17 @@ def token_logprobs(
     ``with_hidden``: also return the last layer's (normed) hidden state ``[B, Lmax, H]`` at the
     position that predicts response token k, from the same forward (a value head on the policy's
     backbone reads it: ``gigpo.learner.critic.SharedCritic``).
+    ``share_prefix``: rows whose prompts begin alike (a task's rollouts, rows from one state) run
+    their common prefix once and the rest on its KV cache (``shared_prefix_plan``); the same
+    log-probs and gradients up to float rounding, fewer tokens through the model. Falls back to
+    the one pass where it would not save tokens, and with ``with_hidden``.
     """
+    if share_prefix and not with_hidden:
+        plan = shared_prefix_plan(prompts, responses, pad_multiple)
+        if plan is not None:
+            return _shared_token_logprobs(
+                model, prompts, responses, plan, pad_token_id, temperature, with_entropy, allowed, pad_multiple
+            )
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id, multiple=pad_multiple)
     ids, attn = ids.to(device), attn.to(device)
@@ -99,6 +110,114 @@ def token_logprobs(
     h = out.hidden_states[-1]  # (B, T, H), after the final norm (what the LM head reads)
     pos = (start[:, None] - 1 + torch.arange(logp.shape[1])[None, :]).clamp(0, T - 1).to(device)
     return logp, ent, mask, torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))
+
+
+def _lcp(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if len(diff) else n
+
+
+def shared_prefix_plan(prompts, responses, pad_multiple: int = 1, min_saving: float = 0.2):
+    """How ``token_logprobs(..., share_prefix=True)`` splits rows into a shared prefix and the rest.
+
+    Rows are sorted by prompt and cut into runs of neighbours; each run shares its prompts' common
+    prefix (at most one token short of its shortest prompt, so every row's first response token
+    is predicted by its own pass; a run of one row: its prompt but the last token, so that no row's
+    rest is long). The cut minimises the tokens run through the model (each prefix once, each
+    row's rest), by dynamic programming over the sorted order.
+    Returns ``(prefix_len per row, group per row, [(group's first row, prefix_len)])``, or None
+    when the padded token count would not drop by ``min_saving`` of the one-pass count.
+    """
+    n = len(prompts)
+    if n < 2:
+        return None
+    ps = [np.asarray(p) for p in prompts]
+    order = sorted(range(n), key=lambda i: tuple(ps[i].tolist()))
+    lens = [len(ps[i]) + len(responses[i]) for i in order]
+    lcp = [_lcp(ps[order[k]], ps[order[k + 1]]) for k in range(n - 1)]
+    best = [0.0] * (n + 1)  # best[j]: fewest tokens for the first j sorted rows
+    cut: list[tuple[int, int]] = [(0, 0)] * (n + 1)  # (start of the last run, its prefix length)
+    for j in range(1, n + 1):
+        best[j], cut[j] = best[j - 1] + lens[j - 1], (j - 1, 0)
+        total, shared = lens[j - 1], len(ps[order[j - 1]]) - 1
+        for i in range(j - 2, -1, -1):  # the run i .. j-1
+            shared = min(shared, lcp[i], len(ps[order[i]]) - 1)
+            if shared <= 0:
+                break
+            total += lens[i]
+            cost = best[i] + total - (j - i - 1) * shared
+            if cost < best[j]:
+                best[j], cut[j] = cost, (i, shared)
+    runs, j = [], n
+    while j > 0:
+        i, shared = cut[j]
+        runs.append((i, j, shared))
+        j = i
+    prefix_len, group, groups = [0] * n, [0] * n, []
+    for i, j, shared in reversed(runs):
+        if j - i == 1:  # a row of its own runs its prompt in the prefix pass too: its rest stays short
+            shared = len(ps[order[i]]) - 1
+        if shared > 0:
+            groups.append((order[i], shared))
+        for k in range(i, j):
+            prefix_len[order[k]] = shared
+            group[order[k]] = len(groups) - 1 if shared > 0 else 0
+    if not groups:
+        return None
+    up = lambda x, m: -(-x // m) * m  # noqa: E731
+    one_pass = n * up(max(lens), pad_multiple)
+    two = len(groups) * up(max(s for _, s in groups), _suffix_multiple(pad_multiple)) + n * up(
+        max(len(ps[i]) + len(responses[i]) - prefix_len[i] for i in range(n)), _suffix_multiple(pad_multiple)
+    )
+    return (prefix_len, group, groups) if two <= (1 - min_saving) * one_pass else None
+
+
+def _suffix_multiple(pad_multiple: int) -> int:
+    # prefixes and rests are padded less than whole rows: a row's rest is short (a prompt's tail
+    # and the response), and padding either to a 64-token multiple would undo what sharing saved
+    return max(1, min(pad_multiple, 8))
+
+
+def _shared_token_logprobs(
+    model, prompts, responses, plan, pad_token_id, temperature, with_entropy, allowed, pad_multiple
+):
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    prefix_len, group, groups = plan
+    # the prefixes, right-padded: every query has a real token to attend to
+    prefixes = [np.asarray(prompts[r])[:s] for r, s in groups]
+    empty = [np.zeros(0, np.int64)] * len(groups)
+    pre_ids, pre_attn, _, _ = pad_rows(prefixes, empty, pad_token_id, _suffix_multiple(pad_multiple))
+    pre_ids, pre_attn = pre_ids.to(device), pre_attn.to(device)
+    cache = DynamicCache(config=getattr(model, "config", None))
+    model(input_ids=pre_ids, attention_mask=pre_attn, cache=cache, use_cache=True, logits_to_keep=1)
+    idx = torch.as_tensor(group, device=device)
+    for layer in cache.layers:  # one cache row per row; autograd carries the gradient back
+        layer.batch_select_indices(idx)
+    start_pos = torch.as_tensor(prefix_len, device=device)
+    # rows of no run attend to none of the prefix positions
+    pre_mask = pre_attn[idx] * (start_pos > 0)[:, None]
+    rest = [np.asarray(p)[s:] for p, s in zip(prompts, prefix_len)]
+    ids, attn, start, rlen = pad_rows(rest, responses, pad_token_id, multiple=_suffix_multiple(pad_multiple))
+    ids, attn = ids.to(device), attn.to(device)
+    B, T = ids.shape
+    pos = start_pos[:, None] + torch.arange(T, device=device)[None, :]
+    lo = max(int((start - 1).min()), 0)
+    hi = int((start + rlen - 1).max())
+    n_keep = max(hi, lo + 1) - lo
+    out = model(
+        input_ids=ids,
+        attention_mask=torch.cat([pre_mask, attn], dim=1),
+        position_ids=pos,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=torch.arange(lo, lo + n_keep, device=device),
+    )
+    return response_logprobs(
+        out.logits, ids, start, rlen, first=lo, temperature=temperature, with_entropy=with_entropy, allowed=allowed
+    )
 
 
 def response_logprobs(

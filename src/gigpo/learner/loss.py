@@ -323,16 +323,18 @@ def value_loss(
     return loss, clipfrac
 
 
-def token_budget_microbatches(lengths, budget: int) -> list[list[int]]:
+def token_budget_microbatches(lengths, budget: int, order=None) -> list[list[int]]:
     """Split rows into micro-batches whose padded size (rows x longest row) stays <= ``budget``.
 
     Rows are sorted by length (longest first) so rows of similar length share a micro-batch and
-    padding stays small. A row longer than the budget gets a micro-batch of its own. Every row
-    index appears in exactly one micro-batch.
+    padding stays small; ``order`` (all row indices) takes them in that order instead (by prompt,
+    so that rows sharing a prefix share a micro-batch). A row longer than the budget gets a
+    micro-batch of its own. Every row index appears in exactly one micro-batch.
     """
     if budget < 1:
         raise ValueError(f"token budget must be >= 1, got {budget}")
-    order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
+    if order is None:
+        order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
     batches: list[list[int]] = []
     cur: list[int] = []
     cur_max = 0

@@ -11,8 +11,9 @@ Row inputs (N rows, one per agent step):
 
 Rows that are one sample repeated (a state every rollout passes, the same action taken there) are
 merged into one row weighted by their count (``identical_row_groups``; exact, see there). An
-iteration's rows are cut into ``ceil(rows / mini_batch_rows)`` mini-batches of about equal size,
-each one optimizer step (``weighted_mini_batches``); inside, rows are split into
+iteration's rows, shuffled (``train.mini_batch_order``), are cut into ``ceil(rows /
+mini_batch_rows)`` mini-batches of about equal size, each one optimizer step
+(``weighted_mini_batches``); inside, rows are split into
 micro-batches under a padded-token budget (``loss.token_budget_microbatches``) and gradients are
 accumulated, each micro-batch's loss being its share of the mini-batch's (``loss.Norm``: sums
 divided by the mini-batch's token or row count), so the step's loss and gradient do not depend on
@@ -90,6 +91,20 @@ def _mean_rows(seqs, groups) -> list:
     return [seqs[g[0]] if len(g) == 1 else np.mean([np.asarray(seqs[i], np.float64) for i in g], 0) for g in groups]
 
 
+def prompt_order(prompts) -> list[int]:
+    """Row indices sorted by prompt: rows whose prompts begin alike are neighbours."""
+    return sorted(range(len(prompts)), key=lambda i: (tuple(np.asarray(prompts[i]).tolist()), i))
+
+
+def by_prompt(order: np.ndarray, prompts) -> np.ndarray:
+    """``order`` with the rows of each prompt brought together, prompts in the order of their first
+    row in ``order`` (a random order of rows gives a random order of prompts)."""
+    groups: dict[bytes, list[int]] = {}
+    for i in order:
+        groups.setdefault(np.asarray(prompts[i]).tobytes(), []).append(int(i))
+    return np.array([i for g in groups.values() for i in g], dtype=np.int64)
+
+
 def weighted_mini_batches(order: np.ndarray, weights: np.ndarray, rows: int) -> list[np.ndarray]:
     """``order`` cut into ``ceil(total / rows)`` consecutive mini-batches of about equal weight
     (a merged row counts as the rows it stands for and is not split). Equal sizes instead of full
@@ -114,15 +129,18 @@ def batched_logprobs(
     allowed=None,
     autocast: str = "none",
     pad_multiple: int = 1,
+    share_prefix: bool = False,
 ) -> list[np.ndarray]:
     """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
     ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None;
-    ``autocast``: ``train.autocast``; ``pad_multiple``: ``train.pad_multiple``."""
+    ``autocast``: ``train.autocast``; ``pad_multiple``: ``train.pad_multiple``; ``share_prefix``:
+    ``train.share_prefix`` (micro-batches then take rows in prompt order)."""
     was_training = model.training
     model.eval()
     lengths = padded_lengths(prompts, responses, pad_multiple)
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
-    for mb in token_budget_microbatches(lengths, token_budget):
+    order = prompt_order(prompts) if share_prefix else None
+    for mb in token_budget_microbatches(lengths, token_budget, order):
         with autocast_context(model, autocast):
             lp, _, _ = token_logprobs(
                 model,
@@ -132,6 +150,7 @@ def batched_logprobs(
                 temperature=temperature,
                 pad_multiple=pad_multiple,
                 allowed=[allowed[i] for i in mb] if allowed is not None else None,
+                share_prefix=share_prefix,
             )
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
@@ -285,7 +304,10 @@ class PolicyUpdater:
         acc: dict[str, list[float]] = defaultdict(list)
         status: dict[str, int] = defaultdict(int)
         for _epoch in range(cfg.ppo_epochs):
-            for rows in weighted_mini_batches(rng.permutation(n), weights, cfg.mini_batch_rows):
+            order = rng.permutation(n)
+            if cfg.mini_batch_order == "by_prompt":
+                order = by_prompt(order, prompts)
+            for rows in weighted_mini_batches(order, weights, cfg.mini_batch_rows):
                 st = self._step(
                     rows,
                     prompts,
@@ -342,8 +364,12 @@ class PolicyUpdater:
         lengths = padded_lengths([prompts[i] for i in rows], [responses[i] for i in rows], cfg.pad_multiple)
         mine = dist.shard(list(rows), lengths) if dist.enabled else list(rows)
         lengths = padded_lengths([prompts[i] for i in mine], [responses[i] for i in mine], cfg.pad_multiple)
+        # Two forward passes per micro-batch (prefix, rest) under a wrapped model would be two
+        # collectives for one backward: sharing prefixes is for one process.
+        share = cfg.share_prefix and not dist.enabled and vt is None
+        order = prompt_order([prompts[i] for i in mine]) if share else None
         mbs: list[list | None] = [
-            [mine[j] for j in mb] for mb in token_budget_microbatches(lengths, cfg.micro_token_budget)
+            [mine[j] for j in mb] for mb in token_budget_microbatches(lengths, cfg.micro_token_budget, order)
         ]
         # Each forward/backward of a wrapped model is a collective: every rank runs as many
         # micro-batches; a rank short of rows runs zero-weight ones on the mini-batch's first row.
@@ -366,6 +392,7 @@ class PolicyUpdater:
                         pad_multiple=cfg.pad_multiple,
                         allowed=[allowed[i] for i in idx] if allowed is not None else None,
                         with_hidden=vt is not None,
+                        share_prefix=share,
                     )
                     values = self.value_head.head(hidden[0]) * mask if vt is not None else None
                 if weights is not None and mb is not None:

@@ -42,6 +42,21 @@ class TrainConfig(Section):
         "row counts as its rows in train.mini_batch_rows. Not with per-token advantages (PPO's "
         "critic) or policy_loss=gspo",
     )
+    mini_batch_order: str = F(
+        "shuffled",
+        "how an iteration's rows are cut into mini-batches: shuffled (rows in random order) or "
+        "by_prompt (rows with the same prompt, as rollouts passing one state, kept together, "
+        "prompts in random order; the reference cuts its batch in rollout order, a task's rows "
+        "together). by_prompt lets train.share_prefix run each state's prompt once per step",
+        choices=("shuffled", "by_prompt"),
+    )
+    share_prefix: bool = F(
+        False,
+        "run the prompt prefix that rows of a micro-batch share once and each row's rest on its "
+        "KV cache (log-probs and gradients the same up to float rounding, fewer tokens through "
+        "the model); in the update and the log-prob passes, one process only (off under "
+        "DDP/FSDP and with a value head on the policy)",
+    )
     target_kl: float = F(
         0.0,
         "stop an iteration's update early, before the optimizer step of the first mini-batch "

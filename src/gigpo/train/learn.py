@@ -67,6 +67,7 @@ def update_policy(
         allowed=rows.allowed,
         autocast=cfg.train.autocast,
         pad_multiple=cfg.train.pad_multiple,
+        share_prefix=cfg.train.share_prefix,
     )
 
     def logprobs(model):
