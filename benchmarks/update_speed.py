@@ -72,9 +72,11 @@ def main(argv=None) -> int:
     secs, outs, weights = {}, {}, {}
     for name, over in VARIANTS.items():
         model.load_state_dict(start)
-        up = PolicyUpdater(model, dataclasses.replace(cfg.train, **over), pad_token_id=tok.pad_token_id, temperature=params.temperature)
+        train = dataclasses.replace(cfg.train, **over)
+        up = PolicyUpdater(model, train, pad_token_id=tok.pad_token_id, temperature=params.temperature)
         t0 = time.perf_counter()
-        outs[name] = up.update(rows.prompts, rows.responses, rows.advantages, rows.sampled_logprobs, allowed=rows.allowed)
+        r = rows
+        outs[name] = up.update(r.prompts, r.responses, r.advantages, r.sampled_logprobs, allowed=r.allowed)
         secs[name] = time.perf_counter() - t0
         weights[name] = [p.detach().clone() for p in model.parameters()]
     a, b = outs["by_prompt"], outs["by_prompt + share_prefix"]
