@@ -6,9 +6,10 @@ same weights once per variant:
 
 - ``shuffled``: ``train.mini_batch_order=shuffled``, every row one pass (the plain update);
 - ``by_prompt``: rows of a prompt in one mini-batch, still one pass per row;
-- ``by_prompt + share_prefix``: the same mini-batches, each shared prompt prefix run once.
+- ``by_prompt + share_prefix``: the same mini-batches, each shared prompt prefix run once;
+- ``... + eager``: and ``train.update_attention=eager``.
 
-The last two take the same optimizer steps on the same rows: the script prints the largest
+The last three take the same optimizer steps on the same rows: the script prints the largest
 difference of their losses and of their weights after the update. Prints seconds, rows per second
 and the speed-up over ``shuffled``.
 
@@ -46,6 +47,11 @@ VARIANTS = {
     "shuffled": {"mini_batch_order": "shuffled", "share_prefix": False},
     "by_prompt": {"mini_batch_order": "by_prompt", "share_prefix": False},
     "by_prompt + share_prefix": {"mini_batch_order": "by_prompt", "share_prefix": True},
+    "by_prompt + share_prefix + eager": {
+        "mini_batch_order": "by_prompt",
+        "share_prefix": True,
+        "update_attention": "eager",
+    },
 }
 
 

@@ -27,6 +27,7 @@ optimizer (the head's parameters join the policy's AdamW, learning rate and grad
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 
@@ -103,6 +104,21 @@ def by_prompt(order: np.ndarray, prompts) -> np.ndarray:
     for i in order:
         groups.setdefault(np.asarray(prompts[i]).tobytes(), []).append(int(i))
     return np.array([i for g in groups.values() for i in g], dtype=np.int64)
+
+
+@contextlib.contextmanager
+def update_attention(model, kernel: str):
+    """``model`` with the attention kernel ``kernel`` (``train.update_attention``; '' = its own)
+    inside the block, its own again after."""
+    own = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if not kernel or own is None or kernel == own or not hasattr(model, "set_attn_implementation"):
+        yield
+        return
+    model.set_attn_implementation(kernel)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(own)
 
 
 def weighted_mini_batches(order: np.ndarray, weights: np.ndarray, rows: int) -> list[np.ndarray]:
@@ -281,6 +297,25 @@ class PolicyUpdater:
         proximal policy's (decoupled PPO, ``actor_loss``); None: ``old_logp`` sampled the rows."""
         if (self.value_head is not None) != (returns is not None and old_values is not None):
             raise ValueError("old_values and returns are given exactly when the updater has a value_head")
+        kw = dict(ref_logp=ref_logp, seed=seed, allowed=allowed, token_advantages=token_advantages)
+        with update_attention(self.model, self.cfg.update_attention):
+            return self._update(prompts, responses, advantages, old_logp, old_values, returns, behav_logp, **kw)
+
+    def _update(
+        self,
+        prompts,
+        responses,
+        advantages,
+        old_logp,
+        old_values,
+        returns,
+        behav_logp,
+        *,
+        ref_logp,
+        seed,
+        allowed,
+        token_advantages,
+    ) -> dict:
         vt = (old_values, returns) if returns is not None else None
         cfg, model = self.cfg, self.model
         model.train()

@@ -57,6 +57,13 @@ class TrainConfig(Section):
         "the model); in the update and the log-prob passes, one process only (off under "
         "DDP/FSDP and with a value head on the policy)",
     )
+    update_attention: str = F(
+        "",
+        "attention kernel of the update's forward and backward passes: '' (the model's own, "
+        "sdpa for Hugging Face models), sdpa or eager; eager's backward is faster for a small "
+        "model's short rows on a CPU (docs/performance.md); sampling keeps the model's own",
+        choices=("", "sdpa", "eager"),
+    )
     target_kl: float = F(
         0.0,
         "stop an iteration's update early, before the optimizer step of the first mini-batch "

@@ -1,5 +1,6 @@
-"""``train.share_prefix``: rows run their shared prompt prefix once and the rest on its KV cache,
-with the log-probs, entropies and gradients of the one-pass forward; ``train.mini_batch_order``."""
+"""The update's speed options keep its step: ``train.share_prefix`` (rows run their shared prompt
+prefix once and the rest on its KV cache, with the log-probs, entropies and gradients of the
+one-pass forward), ``train.mini_batch_order``, ``train.update_attention``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from gigpo.learner.logprobs import shared_prefix_plan, token_logprobs
-from gigpo.learner.update import PolicyUpdater, batched_logprobs, by_prompt
+from gigpo.learner.update import PolicyUpdater, batched_logprobs, by_prompt, update_attention
 from gigpo.train.config import TrainConfig
 
 torch.set_num_threads(1)
@@ -124,5 +125,26 @@ def test_update_with_shared_prefixes_takes_the_step_of_the_plain_update():
         results.append((out, [p.detach().clone() for p in m.parameters()]))
     (o1, p1), (o2, p2) = results
     for k in ("loss", "pg_loss", "entropy", "clipfrac", "grad_norm"):
+        assert o2[k] == pytest.approx(o1[k], rel=1e-4, abs=1e-6), k
+    assert max(float((a - b).abs().max()) for a, b in zip(p1, p2)) < 1e-4
+
+
+def test_update_attention_runs_the_update_with_that_kernel_and_gives_the_model_its_own_back():
+    prompts, responses = _rows(seed=4, n=12)
+    adv = np.random.default_rng(4).normal(size=len(prompts)).astype(np.float32)
+    seen, results = [], []
+    for kernel in ("", "eager"):
+        m = _model()
+        m.set_attn_implementation("sdpa")
+        with update_attention(m, kernel):
+            seen.append(m.config._attn_implementation)
+        cfg = TrainConfig(lr=1e-2, mini_batch_rows=6, update_attention=kernel, pad_multiple=8)
+        old = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=4096)
+        out = PolicyUpdater(m, cfg, pad_token_id=0).update(prompts, responses, adv, old, seed=2)
+        assert m.config._attn_implementation == "sdpa"
+        results.append((out, [p.detach().clone() for p in m.parameters()]))
+    assert seen == ["sdpa", "eager"]
+    (o1, p1), (o2, p2) = results
+    for k in ("loss", "grad_norm"):
         assert o2[k] == pytest.approx(o1[k], rel=1e-4, abs=1e-6), k
     assert max(float((a - b).abs().max()) for a, b in zip(p1, p2)) < 1e-4
