@@ -69,6 +69,11 @@ def _lines(run):
         # the other anchor definitions (docs/algorithm.md#anchor-definitions) and their metrics
         ("alfworld_tiny", ["algorithm.anchor=state"]),
         ("webshop_tiny", ["algorithm.anchor=context-2"]),
+        # the update's speed options (docs/performance.md) through a whole run
+        (
+            "sokoban_tiny",
+            ["train.mini_batch_order=by_prompt", "train.share_prefix=true", "train.update_attention=eager"],
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v) or "default",
 )
@@ -88,8 +93,10 @@ def test_few_iterations_change_parameters_and_log_documented_metrics(name, extra
     assert all(0.05 < x["system/rss_gb"] < 64 for x in train)  # a real reading of this process
     for key in DOCUMENTED + ["anchor/share_rows_in_size_gt1", "anchor/state_mixed_share", "time/anchor"]:
         assert key in train[0], key
-    if extra:
+    if any(e.startswith("algorithm.anchor=") for e in extra):
         assert "anchor/observation_mean_size" in train[0]
+    if "train.update_attention=eager" in extra:
+        assert tr.model.config._attn_implementation != "eager"  # the model's own kernel again
     assert any(x["tag"] == "eval_final" and "eval/success" in x for x in lines)
     assert (cfg.run_dir / "config.yaml").exists() and (cfg.run_dir / "checkpoints" / "latest").exists()
     assert list((cfg.run_dir / "trajectories").glob("*.jsonl"))
