@@ -11,7 +11,8 @@ same weights once per variant:
 
 The last three take the same optimizer steps on the same rows: the script prints the largest
 difference of their losses and of their weights after the update. Prints seconds, rows per second
-and the speed-up over ``shuffled``.
+the speed-up over ``shuffled``, and the episodes per second of an iteration (the rollout's
+seconds plus the update's).
 
     OMP_NUM_THREADS=1 python benchmarks/update_speed.py --model SFT_DIR env.tasks_per_iter=32
 
@@ -97,10 +98,12 @@ def main(argv=None) -> int:
         f"by_prompt with and without shared prefixes: loss differs by {abs(a['loss'] - b['loss']):.1e}, "
         f"weights after the update by at most {dw:.1e}"
     )
-    print("| update | seconds | rows/s | speed-up |")
-    print("|---|---|---|---|")
+    episodes = len(tasks) * cfg.env.group_size
+    print("| update | seconds | rows/s | speed-up | iteration (rollout + update) episodes/s |")
+    print("|---|---|---|---|---|")
     for name, s in secs.items():
-        print(f"| {name} | {s:.1f} | {len(rows) / s:.0f} | {secs['shuffled'] / s:.2f}x |")
+        it = t_roll + s
+        print(f"| {name} | {s:.1f} | {len(rows) / s:.0f} | {secs['shuffled'] / s:.2f}x | {episodes / it:.2f} |")
     return 0
 
 
