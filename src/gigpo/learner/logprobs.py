@@ -64,12 +64,14 @@ def token_logprobs(
     log-probs and gradients up to float rounding, fewer tokens through the model. Falls back to
     the one pass where it would not save tokens, and with ``with_hidden``.
     """
-    if share_prefix and not with_hidden:
-        plan = shared_prefix_plan(prompts, responses, pad_multiple)
-        if plan is not None:
+    plan = shared_prefix_plan(prompts, responses, pad_multiple) if share_prefix and not with_hidden else None
+    if plan is not None:
+        try:
             return _shared_token_logprobs(
                 model, prompts, responses, plan, pad_token_id, temperature, with_entropy, allowed, pad_multiple
             )
+        except TypeError:  # a model without Hugging Face's cache arguments: the one pass
+            pass
     device = next(model.parameters()).device
     ids, attn, start, rlen = pad_rows(prompts, responses, pad_token_id, multiple=pad_multiple)
     ids, attn = ids.to(device), attn.to(device)
