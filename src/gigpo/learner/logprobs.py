@@ -114,6 +114,11 @@ def token_logprobs(
     return logp, ent, mask, torch.gather(h, 1, pos[:, :, None].expand(-1, -1, h.shape[-1]))
 
 
+def prompt_order(prompts) -> list[int]:
+    """Row indices sorted by prompt: rows whose prompts begin alike are neighbours."""
+    return sorted(range(len(prompts)), key=lambda i: (tuple(np.asarray(prompts[i]).tolist()), i))
+
+
 def _lcp(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
@@ -135,7 +140,7 @@ def shared_prefix_plan(prompts, responses, pad_multiple: int = 1, min_saving: fl
     if n < 2:
         return None
     ps = [np.asarray(p) for p in prompts]
-    order = sorted(range(n), key=lambda i: tuple(ps[i].tolist()))
+    order = prompt_order(ps)
     lens = [len(ps[i]) + len(responses[i]) for i in order]
     lcp = [_lcp(ps[order[k]], ps[order[k + 1]]) for k in range(n - 1)]
     best = [0.0] * (n + 1)  # best[j]: fewest tokens for the first j sorted rows

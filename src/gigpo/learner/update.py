@@ -34,7 +34,7 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from gigpo.learner.logprobs import token_logprobs
+from gigpo.learner.logprobs import prompt_order, token_logprobs
 from gigpo.learner.distributed import Dist
 from gigpo.learner.precision import autocast_context
 from gigpo.learner.loss import Norm, actor_loss, token_budget_microbatches, value_loss
@@ -90,11 +90,6 @@ def identical_row_groups(prompts, responses, advantages, old_logp, allowed=None,
 def _mean_rows(seqs, groups) -> list:
     """Per group, the mean of the rows' float arrays (the row itself for a group of one)."""
     return [seqs[g[0]] if len(g) == 1 else np.mean([np.asarray(seqs[i], np.float64) for i in g], 0) for g in groups]
-
-
-def prompt_order(prompts) -> list[int]:
-    """Row indices sorted by prompt: rows whose prompts begin alike are neighbours."""
-    return sorted(range(len(prompts)), key=lambda i: (tuple(np.asarray(prompts[i]).tolist()), i))
 
 
 def by_prompt(order: np.ndarray, prompts) -> np.ndarray:
