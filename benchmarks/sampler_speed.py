@@ -56,6 +56,18 @@ def repeated_share(batch) -> float:
     return rep / max(batch.num_rows, 1)
 
 
+def rollout_setup(args):
+    """``(cfg, model, tokenizer, agent, tasks, sampling params)`` of one training iteration's rollout
+    of ``args.config`` with ``args.overrides``, sampled by ``args.model`` when given."""
+    cfg = load_config(args.config, args.overrides + ([f"model.name_or_path={args.model}"] if args.model else []))
+    torch.set_num_threads(cfg.train.torch_threads)
+    model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
+    model.eval()
+    agent = build_agent(cfg, tok)
+    tasks = task_pools(cfg)[0][: cfg.env.tasks_per_iter]
+    return cfg, model, tok, agent, tasks, sampling_params(cfg, cfg.rollout.temperature, cfg.seed)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/sokoban_tiny.yaml")
@@ -63,14 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="rollouts per variant (the best is kept)")
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. env.tasks_per_iter=32")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.overrides + ([f"model.name_or_path={args.model}"] if args.model else []))
-    torch.set_num_threads(cfg.train.torch_threads)
-    model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
-    model.eval()
-    agent = build_agent(cfg, tok)
-    pool = task_pools(cfg)[0]
-    tasks = pool[: cfg.env.tasks_per_iter]
-    params = sampling_params(cfg, cfg.rollout.temperature, cfg.seed)
+    cfg, model, tok, agent, tasks, params = rollout_setup(args)
     variants = {
         "plain loop": HFGenerator(model, tok, share_prompts=False, preallocate=False),
         "shared prompts + preallocated cache": HFGenerator(model, tok),

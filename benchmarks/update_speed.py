@@ -34,15 +34,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from sampler_speed import cpu_model  # noqa: E402
+from sampler_speed import cpu_model, rollout_setup  # noqa: E402
 
 from gigpo.learner.update import PolicyUpdater  # noqa: E402
-from gigpo.policy import HFGenerator, load_policy  # noqa: E402
+from gigpo.policy import HFGenerator  # noqa: E402
 from gigpo.rollout import rollout  # noqa: E402
-from gigpo.train.collect import sampling_params  # noqa: E402
-from gigpo.train.config import load_config  # noqa: E402
 from gigpo.train.credit import batch_credit, update_rows  # noqa: E402
-from gigpo.train.factories import build_agent, grouped_envs, load_kwargs, task_pools  # noqa: E402
+from gigpo.train.factories import grouped_envs  # noqa: E402
 
 VARIANTS = {
     "shuffled": {"mini_batch_order": "shuffled", "share_prefix": False},
@@ -62,13 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="", help="policy to roll out and update (default: the config's model)")
     ap.add_argument("overrides", nargs="*", help="config overrides, e.g. env.tasks_per_iter=32")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.overrides + ([f"model.name_or_path={args.model}"] if args.model else []))
-    torch.set_num_threads(cfg.train.torch_threads)
-    model, tok = load_policy(cfg.model.name_or_path, **load_kwargs(cfg))
-    model.eval()
-    agent = build_agent(cfg, tok)
-    tasks = task_pools(cfg)[0][: cfg.env.tasks_per_iter]
-    params = sampling_params(cfg, cfg.rollout.temperature, cfg.seed)
+    cfg, model, tok, agent, tasks, params = rollout_setup(args)
     with grouped_envs(cfg.env, cfg.env.group_size) as envs:
         t0 = time.perf_counter()
         batch = rollout(envs, tasks, HFGenerator(model, tok), tok, agent, params)
