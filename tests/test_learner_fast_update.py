@@ -7,27 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from gigpo.learner.logprobs import shared_prefix_plan, token_logprobs
 from gigpo.learner.update import PolicyUpdater, batched_logprobs, by_prompt, update_attention
 from gigpo.train.config import TrainConfig
+from test_train_update import _model  # the same small Qwen2 the update's other tests train
 
 torch.set_num_threads(1)
-
-
-def _model(seed=0):
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-    )
-    return Qwen2ForCausalLM(cfg)
 
 
 def _rows(seed=0, states=4, n=14):
