@@ -367,6 +367,7 @@ def test_graphgpo_options_are_checked_where_they_are_set():
             ["rollout.backend=api", "rollout.api.model=m", "rollout.constrain_actions=true"],
             "rollout.constrain_actions: is not available with rollout.backend=api",
         ),
+        (["rollout.jump_forward=true"], "rollout.jump_forward: skips the tokens forced by the action constraint"),
     ],
 )
 def test_prompting_agent_and_api_settings_are_checked(overrides, message):

@@ -177,3 +177,100 @@ def test_constrained_alfworld_rollout_after_a_short_sft_acts_only_from_the_list(
         allowed=batch.allowed,
     )
     assert abs(m["approx_kl"]) < 1e-5 and m["clipfrac"] == 0.0
+
+
+def test_forced_tail_is_the_rest_of_the_last_action_with_one_end_id(tiny):
+    _, tok = tiny
+    enc = ActionVocab(tok).encode
+    close = enc("</action>")
+    for end_id, want_end in [(None, None), (tok.eos_token_id, tok.eos_token_id)]:
+        c = ActionVocab(tok, open_tag=None, end_id=end_id).constraint(ACTIONS)
+        st = c.start()
+        assert c.forced_tail(st, [0, 2]) is None  # five actions: a choice
+        for t in enc("take mug 2 from desk 1")[:1]:  # the only action that starts so
+            c.advance(st, t)
+        tail = c.forced_tail(st, [0, 2])
+        if want_end is None:  # two EOS ids may end it: the last token is a choice
+            assert tail is None
+            assert c.forced_tail(st, [7]) == list(enc("take mug 2 from desk 1")[1:] + close) + [7]
+        else:
+            assert tail == list(enc("take mug 2 from desk 1")[1:] + close) + [want_end]
+            assert c.positions(list(enc("take mug 2 from desk 1") + close) + [want_end], [0, 2])[-1][1].tolist() == [
+                want_end
+            ]
+    c = ActionVocab(tok, open_tag=None, end_id=tok.eos_token_id).constraint(["go to drawer 1", "go to drawer 10"])
+    st = c.start()
+    for t in enc("go to drawer 1"):
+        c.advance(st, t)
+    assert c.forced_tail(st, [0]) is None  # "1" may close or go on to "10"
+    assert c.forced_tail(c.start(), [0]) is None and c.start().mode == "trie"
+
+
+def _row_steps(model):
+    """A counter of the rows the model runs (each call's batch size), and its hook."""
+    n = [0]
+    h = model.register_forward_pre_hook(
+        lambda _, args, kw: n.__setitem__(0, n[0] + (kw.get("input_ids") if "input_ids" in kw else args[0]).shape[0]),
+        with_kwargs=True,
+    )
+    return n, h
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_jump_forward_writes_the_forced_tail_without_the_model(tiny, temperature):
+    model, tok = tiny
+    vocab = ActionVocab(tok, open_tag=None, end_id=tok.eos_token_id)
+    lists = [ACTIONS, ["look", "inventory"], None, ["open drawer 3", "go to shelf 12", "examine shelf 12"]] * 2
+    prompts = [_prompt(tok, t) for t in ["a", "b c", "d e f", "go to", "g", "h i", "j", "k l"]]
+    params = SamplingParams(temperature=temperature, max_new_tokens=24, seed=3)
+    out, calls = {}, {}
+    for jump in (False, True):
+        cons = [vocab.constraint(a) if a else None for a in lists]
+        n, h = _row_steps(model)
+        try:
+            out[jump] = HFGenerator(model, tok, jump_forward=jump).generate(prompts, params, constraints=cons)
+        finally:
+            h.remove()
+        calls[jump] = n[0]
+    gens, eos = out[True], default_eos_ids(model, tok)
+    for g, a in zip(gens, lists):
+        if a is None:
+            continue
+        assert g.finished and int(g.token_ids[-1]) == tok.eos_token_id
+        assert tok.decode(g.token_ids[:-1]) in {x + "</action>" for x in a}
+        want = vocab.constraint(a).positions(list(g.token_ids), eos)
+        assert [k for k, _ in g.allowed] == [k for k, _ in want]
+        assert all(x.tolist() == y.tolist() for (_, x), (_, y) in zip(g.allowed, want))
+    if temperature == 0:  # greedy: the same responses, log-probs and masks, in fewer model calls
+        for g, h in zip(gens, out[False]):
+            assert g.token_ids.tolist() == h.token_ids.tolist() and g.finished == h.finished
+            np.testing.assert_allclose(g.logprobs, h.logprobs, atol=1e-5)
+            assert [k for k, _ in g.allowed or []] == [k for k, _ in h.allowed or []]
+    assert calls[True] < calls[False]
+    with torch.no_grad():
+        lp, _, _ = token_logprobs(
+            model,
+            [np.asarray(p) for p in prompts],
+            [g.token_ids for g in gens],
+            pad_token_id=tok.pad_token_id,
+            temperature=temperature or 1.0,
+            allowed=[g.allowed for g in gens],
+        )
+    for i, g in enumerate(gens):  # the skipped tokens' log-prob 0 is the masked distribution's
+        if temperature:
+            np.testing.assert_allclose(g.logprobs, lp[i, : len(g.token_ids)].numpy(), atol=1e-4)
+        if g.allowed:
+            forced = [k for k, ids in g.allowed if len(ids) == 1]
+            assert forced and (g.logprobs[forced] == 0).all() and (lp[i, forced] == 0).all()
+
+
+def test_jump_forward_cut_by_the_token_budget_ends_unfinished(tiny):
+    model, tok = tiny
+    vocab = ActionVocab(tok, open_tag=None, end_id=tok.eos_token_id)
+    action = "take mug 2 from desk 1"
+    n = len(vocab.encode(action)) + 1  # the close tag and EOS do not fit
+    g = HFGenerator(model, tok).generate(
+        [_prompt(tok)], SamplingParams(temperature=1.0, max_new_tokens=n, seed=0), [vocab.constraint([action])]
+    )[0]
+    assert not g.finished and g.token_ids.tolist() == list(vocab.encode(action) + vocab.close_ids)[:n]
+    assert [k for k, _ in g.allowed] == list(range(n)) and (g.logprobs == 0).all()

@@ -72,7 +72,12 @@ def _lines(run):
         # the update's speed options (docs/performance.md) through a whole run
         (
             "sokoban_tiny",
-            ["train.mini_batch_order=by_prompt", "train.share_prefix=true", "train.update_attention=eager"],
+            [
+                "train.mini_batch_order=by_prompt",
+                "train.share_prefix=true",
+                "train.update_attention=eager",
+                "rollout.jump_forward=true",
+            ],
         ),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(v) or "default",

@@ -57,6 +57,9 @@ class Agent:
         constrain_actions: decode the ``<action>`` text only from the admissible actions
             (``gigpo.policy.constrain``; an option, not the reference behaviour). Families whose
             envs list no admissible actions (search) are left unconstrained.
+        jump_forward: with ``constrain_actions``, end each action with the tokenizer's EOS alone
+            (``ActionVocab(end_id=...)``), which makes a response's tail forced once one action
+            is left (the sampler then skips it).
         repeat_task: repeat the task at the end of the prompt (``render_prompt``; an option, not
             the reference prompt).
         prompt_form: ``full`` (the family's template) or ``observation`` (the observation
@@ -72,6 +75,7 @@ class Agent:
         history_length: int | None = None,
         max_prompt_tokens: int = 2048,
         constrain_actions: bool = False,
+        jump_forward: bool = False,
         repeat_task: bool = False,
         prompt_form: str = "full",
     ) -> None:
@@ -98,6 +102,9 @@ class Agent:
         self.history_length = k
         self.max_prompt_tokens = max_prompt_tokens
         self.constrain_actions = constrain_actions
+        if jump_forward and tokenizer.eos_token_id is None:
+            raise ValueError("Agent: jump_forward ends each action with the tokenizer's EOS; this tokenizer has none")
+        self.end_id = tokenizer.eos_token_id if jump_forward else None
         self.repeat_task = repeat_task
         self.prompt_form = prompt_form
         self._vocab = None
@@ -209,7 +216,7 @@ class Agent:
         if self._vocab is None:
             from gigpo.policy.constrain import ActionVocab
 
-            self._vocab = ActionVocab(self.tokenizer)
+            self._vocab = ActionVocab(self.tokenizer, end_id=self.end_id)
         # The parser lower-cases and strips the action text (docs/algorithm.md#action-parsing):
         # allow the env's form of it.
         return self._vocab.constraint([a.strip().lower() for a in admissible_actions])

@@ -8,11 +8,18 @@ credit is about.
 
 How: free sampling until the response's text ends with the open tag; from there every token must
 follow a prefix trie over ``tokens(action) + tokens(close tag)`` of the allowed actions; after the
-close tag only EOS may follow. A step whose next token is restricted samples from the policy's
+close tag only EOS may follow (any of the model's EOS ids, or with ``end_id`` that one alone). A
+step whose next token is restricted samples from the policy's
 distribution renormalised over the allowed ids (logits of the rest set to -inf). The sampler
 records each restricted position with its allowed ids (``Generation.allowed``), and every
 log-prob the trainer recomputes (old, reference, new, SFT) applies the same masks, so the PPO
 ratio compares the same distributions.
+
+Once a response's remaining tokens are all forced (one action is left in the trie and one id may
+end it), ``ActionConstraint.forced_tail`` gives them: the sampler writes them with log-prob 0, as
+the masked distribution gives, without running the model on them (jump-forward decoding, as in
+SGLang's compressed finite-state machines). With several EOS ids the last token is a choice, so
+``end_id`` (``rollout.jump_forward``) is what makes a tail forced.
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ class ActionVocab:
     """Per-tokenizer caches: each token id's text and each action's token ids.
 
     ``open_tag=None`` restricts from the first response token (for prompts that already end with
-    the open tag).
+    the open tag). ``end_id``: the one id allowed after the close tag (default: the caller's EOS
+    ids, ``ActionConstraint.allowed``).
     """
 
-    def __init__(self, tokenizer, *, open_tag: str | None = OPEN_TAG, close_tag: str = CLOSE_TAG) -> None:
+    def __init__(
+        self, tokenizer, *, open_tag: str | None = OPEN_TAG, close_tag: str = CLOSE_TAG, end_id: int | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.open_tag, self.close_tag = open_tag, close_tag
+        self.end_id = None if end_id is None else int(end_id)
         self._piece: dict[int, str] = {}
         self._ids: dict[str, tuple[int, ...]] = {}
         self.close_ids = self.encode(close_tag)
@@ -81,8 +92,24 @@ class ActionConstraint:
     def allowed(self, st: "_State", eos_ids: Sequence[int]) -> np.ndarray | None:
         """Ids allowed as the next token, or None (unrestricted)."""
         if st.mode == "trie":
-            return np.fromiter(st.node.keys(), dtype=np.int64) if st.node else np.asarray(eos_ids, dtype=np.int64)
+            if st.node:
+                return np.fromiter(st.node.keys(), dtype=np.int64)
+            return np.asarray(eos_ids if self.vocab.end_id is None else [self.vocab.end_id], dtype=np.int64)
         return None
+
+    def forced_tail(self, st: "_State", eos_ids: Sequence[int]) -> list[int] | None:
+        """The rest of the response from ``st`` when every token of it is forced (one id allowed
+        at each position, through the last), else None. ``st`` is left as it is."""
+        if st.mode != "trie":
+            return None
+        node, tail = st.node, []
+        while len(node) == 1:
+            [(tok, node)] = node.items()
+            tail.append(tok)
+        if node:
+            return None  # a choice is left
+        end = eos_ids if self.vocab.end_id is None else [self.vocab.end_id]
+        return tail + [int(end[0])] if len(end) == 1 else None
 
     def advance(self, st: "_State", tok: int) -> None:
         """Update ``st`` with the sampled token ``tok``."""

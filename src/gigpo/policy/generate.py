@@ -102,6 +102,9 @@ class HFGenerator:
         preallocate: keep the KV cache in buffers of the whole decode's length, written in place
             (``DynamicCache`` copies itself every step). Both only save time; ``False`` is the plain
             loop, for comparison.
+        jump_forward: once a constrained response's remaining tokens are all forced
+            (``ActionConstraint.forced_tail``), write them with log-prob 0 and end the row without
+            running the model on them: the same distribution. ``False`` samples them one by one.
     """
 
     def __init__(
@@ -113,8 +116,9 @@ class HFGenerator:
         max_batch_size: int | None = None,
         share_prompts: bool = True,
         preallocate: bool = True,
+        jump_forward: bool = True,
     ):
-        self.share_prompts, self.preallocate = share_prompts, preallocate
+        self.share_prompts, self.preallocate, self.jump_forward = share_prompts, preallocate, jump_forward
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = list(eos_token_ids) if eos_token_ids is not None else default_eos_ids(model, tokenizer)
@@ -193,14 +197,22 @@ class HFGenerator:
             if states is not None:
                 logits = self._restrict(logits, rows, t, cons, states, allowed)
             tok, lp = sample_next(logits, params.temperature, params.top_p, gen)
-            if states is not None:
-                for r, k in zip(rows.tolist(), tok.tolist()):
-                    if cons[r] is not None:
-                        cons[r].advance(states[r], k)
             out_ids[rows, t] = tok
             out_lp[rows, t] = lp
             done = torch.isin(tok, eos)
             finished[rows] = done
+            if states is not None:
+                jumped = []
+                for j, (r, k) in enumerate(zip(rows.tolist(), tok.tolist())):
+                    if cons[r] is not None:
+                        cons[r].advance(states[r], k)
+                        tail = cons[r].forced_tail(states[r], self.eos_ids) if self.jump_forward else None
+                        if tail and not done[j]:
+                            jumped.append(j)
+                            self._write_tail(r, t + 1, tail, out_ids, out_lp, finished, allowed)
+                if jumped:
+                    done = done.clone()
+                    done[jumped] = True
             if t == T - 1:
                 break
             if bool(done.any()):
@@ -216,6 +228,17 @@ class HFGenerator:
             )
             next_pos = next_pos + 1
         return _to_generations(out_ids.cpu(), out_lp.cpu(), finished.cpu(), allowed if states is not None else None)
+
+    @staticmethod
+    def _write_tail(r, t, tail, out_ids, out_lp, finished, allowed):
+        """Row ``r``'s forced ``tail`` (ending with EOS) from position ``t`` on, as far as the token
+        budget goes; cut by the budget, the row ends unfinished, as sampling it would have."""
+        kept = tail[: out_ids.shape[1] - t]
+        if kept:
+            out_ids[r, t : t + len(kept)] = torch.as_tensor(kept, dtype=out_ids.dtype)
+            out_lp[r, t : t + len(kept)] = 0.0  # log 1: one allowed id
+            allowed[r] += [(t + i, np.asarray([x], dtype=np.int64)) for i, x in enumerate(kept)]
+        finished[r] = len(kept) == len(tail)
 
     def _restrict(self, logits, rows, t, cons, states, allowed):
         """Mask the logits of rows whose next token is restricted; record (t, ids) per such row."""

@@ -128,6 +128,13 @@ class RolloutConfig(Section):
         "(a trie mask over the action tokens; log-probs everywhere use the same "
         "masks). Off = the reference: free text, invalid actions penalised",
     )
+    jump_forward: bool = F(
+        False,
+        "with rollout.constrain_actions: only the tokenizer's EOS may follow the close tag (as the "
+        "SFT demonstrations end), so once one action is left the rest of the response is forced; "
+        "the hf sampler writes it without running the model on it (the server backend already "
+        "skips forced tokens). Off = any of the model's EOS ids may end an action",
+    )
     repeat_task: bool = F(
         False,
         "end each prompt with the task once more, a few tokens before the response "
@@ -159,6 +166,12 @@ class RolloutConfig(Section):
             "rollout.constrain_actions",
             "is not available with rollout.backend=api (a text-only API cannot apply gigpo's "
             "admissible-action mask); use rollout.backend=hf or server, or rollout.constrain_actions=false",
+        )
+        _check(
+            self.constrain_actions or not self.jump_forward,
+            "rollout.jump_forward",
+            "skips the tokens forced by the action constraint; set rollout.constrain_actions=true, "
+            "or rollout.jump_forward=false",
         )
         _check(
             self.backend != "api" or bool(self.api.model),

@@ -46,6 +46,7 @@ def build_agent(cfg: Config, tokenizer):
         history_length=cfg.env.history_length,
         max_prompt_tokens=cfg.rollout.max_prompt_tokens,
         constrain_actions=cfg.rollout.constrain_actions,
+        jump_forward=cfg.rollout.jump_forward,
         repeat_task=cfg.rollout.repeat_task,
         prompt_form=cfg.rollout.prompt,
     )
