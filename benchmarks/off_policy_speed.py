@@ -1,7 +1,8 @@
 """Wall time per training iteration, rollout and update in series vs at the same time.
 
 For each config, one short ``gigpo train`` run per mode, one after the other (the machine to one
-run): ``train.off_policy_steps=0`` with the config's ``train.torch_threads``, and
+run): ``train.off_policy_steps=0`` with the config's ``train.torch_threads`` and with one thread per
+CPU, and
 ``train.off_policy_steps=K`` with one torch thread for the learner and one for the sampler process,
 with each ``train.off_policy_loss`` (``decoupled`` adds a forward pass for the proximal log-probs).
 Prints, per config and mode, the mean ``time/iteration`` over iterations 2.. (iteration 1 fills the
@@ -26,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from gigpo.train.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["log.eval_before=false", "guard.val_every=0", "env.eval_tasks=1", "log.progress=false"]
@@ -101,8 +104,11 @@ def main(argv=None) -> None:
     out = a.out or Path(tempfile.mkdtemp(prefix="gigpo-offpolicy-"))
     out.mkdir(parents=True, exist_ok=True)
     k = a.steps
+    cores = os.cpu_count() or 1
     modes = [
         ("in series", "k0", ["train.off_policy_steps=0"]),
+        # the series loop may use every core for its update, which one step off shares with the sampler
+        (f"in series, {cores} threads", f"k0-t{cores}", ["train.off_policy_steps=0", f"train.torch_threads={cores}"]),
         (f"{k} step off, decoupled", f"k{k}", [f"train.off_policy_steps={k}", "train.torch_threads=1"]),
         (
             f"{k} step off, behaviour",
@@ -114,7 +120,10 @@ def main(argv=None) -> None:
     for c in a.configs:
         config = (ROOT / c) if not Path(c).is_absolute() else Path(c)
         got = []
+        threads = load_config(config, list(a.overrides)).train.torch_threads
         for label, tag, o in modes:
+            if tag == f"k0-t{cores}" and threads == cores:
+                continue  # the config's series run already has a thread per CPU
             got.append((label, summary(run(config, f"{config.stem}-{tag}", [*o, *a.overrides], a.iterations, out))))
         table.append((config.name, got))
     print(
