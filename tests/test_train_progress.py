@@ -32,6 +32,32 @@ def test_eta_is_the_mean_iteration_time_times_the_iterations_left(monkeypatch):
     assert p.iteration_done() == ""  # the last iteration has no ETA
 
 
+def test_eta_leaves_out_the_evals_before_the_loop_and_adds_the_validations_and_eval_still_due(monkeypatch):
+    import gigpo.train.progress as P
+
+    now = [0.0]
+    monkeypatch.setattr(P.time, "perf_counter", lambda: now[0])
+    p = RunProgress(total=20, done=0, enabled=False)
+    now[0] += 400.0  # the held-out eval before training
+    p.spent(400.0)
+    now[0] += 40.0  # the validation before training
+    p.spent(40.0, validation=True)
+    p.plan(val_every=5, eval_every=0, eval_seconds=400.0)
+    p.begin()
+    now[0] += 90.0
+    # 19 iterations of 90 s, validations after 5, 10, 15, 20 of 40 s, the eval after of 400 s
+    assert p.iteration_done() == f"eta {eta_text(19 * 90 + 4 * 40 + 400)}"
+    for it in range(2, 6):
+        now[0] += 90.0
+        if it == 5:  # iteration 5 validates, inside the loop
+            now[0] += 50.0
+            p.spent(50.0, validation=True)
+        p.iteration_done()
+    assert p.done == 5 and p.eta() == pytest.approx(15 * 90 + 3 * 50 + 400)  # validations after 10, 15, 20
+    p.plan(val_every=5, eval_every=4, eval_seconds=400.0)  # held-out evals after 8, 12, 16 too
+    assert p.eta() == pytest.approx(15 * 90 + 3 * 50 + 4 * 400)
+
+
 def test_the_no_signal_warning_says_whether_a_kl_or_entropy_term_still_moved_the_policy():
     from types import SimpleNamespace
 

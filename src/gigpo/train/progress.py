@@ -49,8 +49,15 @@ def eta_text(seconds: float) -> str:
 
 
 class RunProgress:
-    """Iterations done of ``total`` with elapsed time and an ETA (the mean iteration time of this
-    process times the iterations left), and a bar for an evaluation while one runs.
+    """Iterations done of ``total`` with elapsed time and an ETA to the run's end, and a bar for an
+    evaluation while one runs.
+
+    The ETA is the mean iteration time of this process's loop (from ``begin``; the evaluation and
+    validation before training are not iterations) times the iterations left, plus the
+    validations still due (``plan``: every ``val_every`` iterations and the last) at the last
+    validation's time, plus the held-out evaluation after the loop at the time the one before
+    training took. Time spent in validations and evaluations inside the loop (``spent``) is counted
+    there, not in the iterations' mean.
 
     ``enabled=False`` keeps the ETA arithmetic and shows nothing; the display also stays off unless
     stdout and stderr are both terminals (a redirected log gets the iteration lines, not bars).
@@ -59,6 +66,8 @@ class RunProgress:
     def __init__(self, total: int, done: int, *, enabled: bool) -> None:
         self.total, self.done, self.start_done = total, done, done
         self.t0 = time.perf_counter()
+        self.aside = 0.0  # seconds of the loop spent in validations and evaluations
+        self.val_every, self.eval_every, self.val_seconds, self.end_seconds = 0, 0, None, None
         self._p = self._run = None
         if enabled and sys.stdout.isatty() and sys.stderr.isatty():
             from rich.console import Console
@@ -76,12 +85,41 @@ class RunProgress:
             self._p.start()
             self._run = self._p.add_task("training", total=total, completed=done, eta="")
 
+    def plan(self, *, val_every: int = 0, eval_every: int = 0, eval_seconds: float | None = None) -> None:
+        """What the ETA adds to the iterations: a validation every ``val_every`` iterations (and
+        after the last), a held-out evaluation every ``eval_every`` iterations before the last and
+        one after the loop, each taking ``eval_seconds`` (None: not known, not counted)."""
+        self.val_every, self.eval_every, self.end_seconds = val_every, eval_every, eval_seconds
+
+    def begin(self) -> None:
+        """The training loop starts now: iteration times count from here."""
+        self.t0, self.start_done, self.aside = time.perf_counter(), self.done, 0.0
+
+    def spent(self, seconds: float, *, validation: bool = False) -> None:
+        """``seconds`` of the loop went to an evaluation (a validation: its time is the next ones')."""
+        self.aside += seconds
+        if validation:
+            self.val_seconds = seconds
+
+    def due(self, every: int, *, last: bool) -> int:
+        """How many iterations after ``done`` are multiples of ``every`` (with ``last``: and the last)."""
+        if not every or self.done >= self.total:
+            return 0
+        its = {i for i in range(self.done + 1, self.total + 1) if i % every == 0}
+        return len(its | {self.total} if last else its - {self.total})
+
     def eta(self) -> float | None:
-        """Seconds left at the mean iteration time so far; None before the first iteration."""
+        """Seconds to the run's end (see the class); None before the first iteration."""
         n = self.done - self.start_done
         if n <= 0:
             return None
-        return (time.perf_counter() - self.t0) / n * (self.total - self.done)
+        per = max(time.perf_counter() - self.t0 - self.aside, 0.0) / n
+        evals = self.due(self.eval_every, last=False) + 1
+        return (
+            per * (self.total - self.done)
+            + self.due(self.val_every, last=True) * (self.val_seconds or 0.0)
+            + evals * (self.end_seconds or 0.0)
+        )
 
     def iteration_done(self) -> str:
         """Advance by one iteration; returns the ETA text for the iteration line."""

@@ -303,15 +303,20 @@ class Trainer:
 
     def validate(self) -> dict:
         """Success on the validation tasks (best-model selection); returns ``val/*`` metrics."""
-        return self._on_main(
+        out = self._on_main(
             lambda: self.evaluator.validation(self.val_pool, self._episodes("validation", self.val_pool))
         )
+        if self.progress is not None:
+            self.progress.spent(out["time/val"], validation=True)
+        return out
 
     def evaluate(self, tag: str = "eval", **extra) -> dict:
         """One rollout per held-out task at the eval temperature; logs and returns ``eval/*``."""
         progress = self._episodes("held-out eval", self.eval_pool)
         out = self._on_main(lambda: self.evaluator.heldout(self.eval_pool, progress)) | extra
         self.logger.log(out, iteration=self.iteration, tag=tag)
+        if self.progress is not None:
+            self.progress.spent(out["time/eval"])
         return out
 
     # ------------------------------------------------------------------ the run
@@ -365,6 +370,15 @@ class Trainer:
                 n = len(self.val_pool)
                 self._say(f"validation before training: success {vm['val/success']:.3f} over {n} tasks")
             self.save(0, best=True)
+        # The ETA counts the loop's iterations, the validations due and the eval after the loop,
+        # timed as the ones before it (a resumed run's from its log).
+        if progress.val_seconds is None:  # resumed: the validation before training is in the log
+            secs = (logged_line(self.run_dir, "val") or {}).get("time/val")
+            if secs:
+                progress.spent(secs, validation=True)
+        ev = (result.get("before") or {}).get("time/eval")
+        progress.plan(val_every=cfg.guard.val_every, eval_every=cfg.log.eval_every, eval_seconds=ev)
+        progress.begin()
         t0 = time.perf_counter()
         self._say(LEGEND)
         while self.iteration < cfg.train.iterations and not self.stop_reason:
