@@ -12,7 +12,7 @@ modes train on different batches), and the speed-ups over the series run.
 Evaluation before and after training and validation are switched off; they do not overlap.
 
 Usage: python benchmarks/off_policy_speed.py [--configs A.yaml B.yaml] [--iterations N]
-       [--steps K] [--out DIR] [overrides ...]
+       [--steps K] [--out DIR] [--modes series series-all-cores decoupled behaviour] [overrides ...]
 ``--out DIR`` keeps the runs; a run already finished there is read again, not rerun.
 """
 
@@ -97,6 +97,12 @@ def main(argv=None) -> None:
     ap.add_argument("--iterations", type=int, default=4, help="iterations per run (the first is not timed)")
     ap.add_argument("--steps", type=int, default=1, help="train.off_policy_steps of the overlapped runs")
     ap.add_argument("--out", type=Path, help="keep the runs here (and reuse finished ones)")
+    ap.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["series", "series-all-cores", "decoupled", "behaviour"],
+        help="run only these modes (default: all; the first one run is the speed-ups' baseline)",
+    )
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. sft.episodes=100")
     a = ap.parse_args(argv)
     if a.iterations < 2:
@@ -106,16 +112,23 @@ def main(argv=None) -> None:
     k = a.steps
     cores = os.cpu_count() or 1
     modes = [
-        ("in series", "k0", ["train.off_policy_steps=0"]),
+        ("series", "in series", "k0", ["train.off_policy_steps=0"]),
         # the series loop may use every core for its update, which one step off shares with the sampler
-        (f"in series, {cores} threads", f"k0-t{cores}", ["train.off_policy_steps=0", f"train.torch_threads={cores}"]),
-        (f"{k} step off, decoupled", f"k{k}", [f"train.off_policy_steps={k}", "train.torch_threads=1"]),
         (
+            "series-all-cores",
+            f"in series, {cores} threads",
+            f"k0-t{cores}",
+            ["train.off_policy_steps=0", f"train.torch_threads={cores}"],
+        ),
+        ("decoupled", f"{k} step off, decoupled", f"k{k}", [f"train.off_policy_steps={k}", "train.torch_threads=1"]),
+        (
+            "behaviour",
             f"{k} step off, behaviour",
             f"k{k}-behaviour",
             [f"train.off_policy_steps={k}", "train.torch_threads=1", "train.off_policy_loss=behaviour"],
         ),
     ]
+    modes = [m[1:] for m in modes if not a.modes or m[0] in a.modes]
     table = []
     for c in a.configs:
         config = (ROOT / c) if not Path(c).is_absolute() else Path(c)
