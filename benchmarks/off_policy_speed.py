@@ -12,7 +12,7 @@ modes train on different batches), and the speed-ups over the series run.
 Evaluation before and after training and validation are switched off; they do not overlap.
 
 Usage: python benchmarks/off_policy_speed.py [--configs A.yaml B.yaml] [--iterations N]
-       [--steps K] [--out DIR] [--modes series series-all-cores decoupled behaviour] [overrides ...]
+       [--steps K] [--out DIR] [--modes series,behaviour] [overrides ...]
 ``--out DIR`` keeps the runs; a run already finished there is read again, not rerun.
 """
 
@@ -99,9 +99,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, help="keep the runs here (and reuse finished ones)")
     ap.add_argument(
         "--modes",
-        nargs="+",
-        choices=["series", "series-all-cores", "decoupled", "behaviour"],
-        help="run only these modes (default: all; the first one run is the speed-ups' baseline)",
+        help="run only these modes, comma-separated, of series, series-all-cores, decoupled, behaviour "
+        "(default: all; the first one run is the speed-ups' baseline)",
     )
     ap.add_argument("overrides", nargs="*", help="config overrides for every run, e.g. sft.episodes=100")
     a = ap.parse_args(argv)
@@ -128,7 +127,11 @@ def main(argv=None) -> None:
             [f"train.off_policy_steps={k}", "train.torch_threads=1", "train.off_policy_loss=behaviour"],
         ),
     ]
-    modes = [m[1:] for m in modes if not a.modes or m[0] in a.modes]
+    chosen = a.modes.split(",") if a.modes else [m[0] for m in modes]
+    unknown = sorted(set(chosen) - {m[0] for m in modes})
+    if unknown:
+        ap.error(f"--modes: unknown {unknown}; choose from {[m[0] for m in modes]}")
+    modes = [m[1:] for m in modes if m[0] in chosen]
     table = []
     for c in a.configs:
         config = (ROOT / c) if not Path(c).is_absolute() else Path(c)
