@@ -67,7 +67,9 @@ class RunProgress:
         self.total, self.done, self.start_done = total, done, done
         self.t0 = time.perf_counter()
         self.aside = 0.0  # seconds of the loop spent in validations and evaluations
-        self.val_every, self.eval_every, self.val_seconds, self.end_seconds = 0, 0, None, None
+        self.val_every, self.eval_every = 0, 0
+        self.val_seconds: float | None = None  # a validation's time, the last measured
+        self.end_seconds: float | None = None  # a held-out evaluation's time
         self._p = self._run = None
         if enabled and sys.stdout.isatty() and sys.stderr.isatty():
             from rich.console import Console
