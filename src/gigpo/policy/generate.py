@@ -206,7 +206,9 @@ class HFGenerator:
                 for j, (r, k) in enumerate(zip(rows.tolist(), tok.tolist())):
                     if cons[r] is not None:
                         cons[r].advance(states[r], k)
-                        tail = cons[r].forced_tail(states[r], self.eos_ids) if self.jump_forward else None
+                        # a constraint without forced_tail (e.g. a plain allowed-ids mask) is sampled token by token
+                        forced = getattr(cons[r], "forced_tail", None) if self.jump_forward else None
+                        tail = forced(states[r], self.eos_ids) if forced is not None else None
                         if tail and not done[j]:
                             jumped.append(j)
                             self._write_tail(r, t + 1, tail, out_ids, out_lp, finished, allowed)
