@@ -134,3 +134,24 @@ def test_update_attention_runs_the_update_with_that_kernel_and_gives_the_model_i
     for k in ("loss", "grad_norm"):
         assert o2[k] == pytest.approx(o1[k], rel=1e-4, abs=1e-6), k
     assert max(float((a - b).abs().max()) for a, b in zip(p1, p2)) < 1e-4
+
+
+def test_batched_logprobs_runs_a_repeated_row_once_and_gives_every_copy_its_log_probs():
+    prompts, responses = _rows(seed=3, n=12)
+    # every row twice more, interleaved, as rollouts that pass one state and take one action there
+    rep_p = [p for p in prompts for _ in range(3)]
+    rep_r = [r for r in responses for _ in range(3)]
+    m = _model()
+    seen = []
+    h = m.register_forward_hook(lambda mod, args, kw, out: seen.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        got = batched_logprobs(m, rep_p, rep_r, pad_token_id=0, temperature=1.0, token_budget=10_000)
+    finally:
+        h.remove()
+    assert sum(seen) == len(prompts)  # one pass, the distinct rows only
+    one = batched_logprobs(m, prompts, responses, pad_token_id=0, temperature=1.0, token_budget=10_000)
+    assert len(got) == len(rep_p)
+    for k, x in enumerate(got):
+        np.testing.assert_array_equal(x, one[k // 3])
+    got[0][:] = 99.0  # copies, not views of one array
+    assert not np.array_equal(got[1], got[0])

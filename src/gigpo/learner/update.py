@@ -72,9 +72,10 @@ def identical_row_groups(prompts, responses, advantages, old_logp, allowed=None,
     buckets: dict[tuple, list[int]] = {}
     groups: list[list[int]] = []
     for i in range(len(prompts)):
-        a = allowed[i] if allowed is not None else None
-        akey = tuple((int(k), np.asarray(ids).tobytes()) for k, ids in a) if a else None
-        key = (np.asarray(prompts[i]).tobytes(), np.asarray(responses[i]).tobytes(), bool(advantages[i] > 0), akey)
+        key = (
+            *_row_key(prompts[i], responses[i], allowed[i] if allowed is not None else None),
+            bool(advantages[i] > 0),
+        )
         lp = np.asarray(old_logp[i], dtype=np.float64)
         for g in buckets.setdefault(key, []):
             first = np.asarray(old_logp[groups[g][0]], dtype=np.float64)
@@ -145,29 +146,44 @@ def batched_logprobs(
     """Per-row response log-probs (float32 arrays), computed in token-budget micro-batches.
     ``allowed``: per-row action-constrained positions (``gigpo.policy.constrain``) or None;
     ``autocast``: ``train.autocast``; ``pad_multiple``: ``train.pad_multiple``; ``share_prefix``:
-    ``train.share_prefix`` (micro-batches then take rows in prompt order)."""
+    ``train.share_prefix`` (micro-batches then take rows in prompt order).
+
+    A row repeated in the batch (the same prompt, response and constrained positions: rollouts
+    that pass one state and take one action there) is computed once and its log-probs copied."""
     was_training = model.training
     model.eval()
-    lengths = padded_lengths(prompts, responses, pad_multiple)
-    out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(prompts)
-    order = prompt_order(prompts) if share_prefix else None
+    first: dict[tuple, int] = {}
+    keys = (
+        _row_key(prompts[i], responses[i], allowed[i] if allowed is not None else None) for i in range(len(prompts))
+    )
+    src = [first.setdefault(k, i) for i, k in enumerate(keys)]
+    rows = sorted(first.values())
+    P, R = [prompts[i] for i in rows], [responses[i] for i in rows]
+    lengths = padded_lengths(P, R, pad_multiple)
+    got: dict[int, np.ndarray] = {}
+    order = prompt_order(P) if share_prefix else None
     for mb in token_budget_microbatches(lengths, token_budget, order):
         with autocast_context(model, autocast):
             lp, _, _ = token_logprobs(
                 model,
-                [prompts[i] for i in mb],
-                [responses[i] for i in mb],
+                [P[i] for i in mb],
+                [R[i] for i in mb],
                 pad_token_id=pad_token_id,
                 temperature=temperature,
                 pad_multiple=pad_multiple,
-                allowed=[allowed[i] for i in mb] if allowed is not None else None,
+                allowed=[allowed[rows[i]] for i in mb] if allowed is not None else None,
                 share_prefix=share_prefix,
             )
         lp = lp.float().cpu().numpy()
         for j, i in enumerate(mb):
-            out[i] = lp[j, : len(responses[i])].copy()
+            got[rows[i]] = lp[j, : len(R[i])]
     model.train(was_training)
-    return out
+    return [got[s].copy() for s in src]
+
+
+def _row_key(prompt, response, allowed) -> tuple:
+    akey = tuple((int(k), np.asarray(ids).tobytes()) for k, ids in allowed) if allowed else None
+    return (np.asarray(prompt).tobytes(), np.asarray(response).tobytes(), akey)
 
 
 # Metrics of the update that are shares of the step's loss (summed over micro-batches and ranks);
