@@ -62,6 +62,11 @@ ANCHOR_VARIANTS = {
 GRAPH_VARIANTS = {
     "graphgpo": ["algorithm.estimator=graphgpo", "algorithm.mode=mean_std_norm"],
 }
+# GiGPO with empirical-Bayes anchor baselines (docs/algorithm.md#empirical-bayes-anchor-baselines),
+# in GiGPO's Sokoban normalisation, so that it pairs with gigpo_mean_norm. Opt-in.
+SHRINK_VARIANTS = {
+    "gigpo_eb_mean_norm": ["algorithm.estimator=gigpo_eb", "algorithm.mode=mean_norm"],
+}
 # PPO with a learned critic, the paper's PPO row (docs/algorithm.md#ppo-with-a-learned-critic).
 # Opt-in. Dynamic sampling and skipping A = 0 rows do not apply to it (config errors), so they are
 # off for this variant only. critic.lr: verl-agent's critic runs at 10x its actor's lr; 10x the
@@ -86,6 +91,7 @@ OFF_POLICY_VARIANTS = {
 DEFAULT_VARIANTS = tuple(VARIANTS)
 VARIANTS.update(ANCHOR_VARIANTS)
 VARIANTS.update(GRAPH_VARIANTS)
+VARIANTS.update(SHRINK_VARIANTS)
 VARIANTS.update(CRITIC_VARIANTS)
 VARIANTS.update(OFF_POLICY_VARIANTS)
 
@@ -96,6 +102,7 @@ CORE = (
     "rloo",
     *ANCHOR_VARIANTS,
     *GRAPH_VARIANTS,
+    *SHRINK_VARIANTS,
     *CRITIC_VARIANTS,
     *OFF_POLICY_VARIANTS,
 )

@@ -18,6 +18,9 @@ are public so other trainers (verl, TRL) can use them directly:
   GraphGPO's step returns from a state graph of each episode group's rollouts
   (docs/algorithm.md#graphgpo), registered as ``graphgpo``; it takes the run-time input
   ``penalties`` (``runtime_inputs``);
+- ``gigpo_eb``, ``shrinkage_weights`` (``shrinkage.py``): GiGPO whose step baseline is each
+  anchor group's mean return shrunk toward its task's mean by the group's count and spread
+  (docs/algorithm.md#empirical-bayes-anchor-baselines), registered as ``gigpo_eb``;
 - ``step_group_stats``: group-size diagnostics for logging;
 - ``synthetic`` (imported by name, not re-exported): ALFWorld- and Search-R1-shaped batches for
   tests and benchmarks.
@@ -40,6 +43,7 @@ from .anchors import (
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .gae import gae, masked_whiten, row_gae
 from .graph import goal_distances, graph_step_returns, graphgpo, state_graph
+from .shrinkage import gigpo_eb, shrinkage_weights
 from .grouping import exact_step_groups, hashable_anchor, similarity_step_groups
 from .registry import (
     ALIASES,
@@ -76,6 +80,8 @@ __all__ = [
     "goal_distances",
     "graph_step_returns",
     "graphgpo",
+    "gigpo_eb",
+    "shrinkage_weights",
     "grpo",
     "hashable_anchor",
     "hierarchical_anchors",

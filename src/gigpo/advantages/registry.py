@@ -26,6 +26,7 @@ from ._types import Anchors, ArrayLike
 from .estimators import AdvantageResult, gigpo, grpo, rloo
 from .gae import row_gae
 from .graph import graphgpo
+from .shrinkage import gigpo_eb
 
 ESTIMATORS: dict[str, Callable[..., AdvantageResult]] = {}
 # alias -> registered name (other trainers' names for the same estimator).
@@ -208,6 +209,35 @@ _register_gigpo(
     "Paper ablation: A^S only (advantages = step_weight * A^S); A^E is still reported.",
     step_only=True,
 )
+
+
+@register("gigpo_eb")
+def _gigpo_eb(
+    *,
+    scores,
+    step_returns,
+    episode_ids,
+    traj_ids,
+    anchors,
+    mode="mean_norm",
+    step_weight=1.0,
+    similarity_threshold=None,
+    epsilon=1e-6,
+    anchor_key=None,
+):
+    """GiGPO with empirical-Bayes anchor baselines (``shrinkage.gigpo_eb``): a small or noisy
+    step group's baseline is shrunk toward its task's mean return."""
+    return gigpo_eb(
+        scores,
+        _need(step_returns, "step_returns", "gigpo_eb"),
+        episode_ids,
+        _need(anchors, "anchors", "gigpo_eb"),
+        mode=mode,
+        step_weight=step_weight,
+        similarity_threshold=similarity_threshold,
+        epsilon=epsilon,
+        anchor_key=anchor_key,
+    )
 
 
 @register("grpo")
