@@ -161,12 +161,14 @@ COMMON = [
 # machine), by ``train.autocast``. ALFWorld bf16: 42 s an iteration, the mean of the bf16
 # comparison in research/results.md (AVX-512 CPU); float32 ("none", what `auto` picks on an AVX2-only
 # CPU): 136 s an iteration and 128 s an eval, the means of the anchor comparison's float32 runs
-# (AVX2-only CPU). WebShop measured in float32 only, Sokoban in bf16 only (the bare-grid prompt:
-# 9.8-11.6 s per iteration, ~6 s per 64-room eval); the other figure scaled by ALFWorld's ratio.
+# (AVX2-only CPU). Sokoban bf16: 9.8-11.6 s per iteration, ~6 s per 64-room eval (the bare-grid
+# prompt); float32: 16.5-17.3 s, the medians of the annotated-grid comparison (AVX2-only CPU).
+# WebShop measured in float32 only; bf16 scaled by ALFWorld's ratio. The figures are for the
+# config's batch and eval size; ``estimate_minutes`` scales them to the comparison's.
 DEFAULT_COST = {
     "alfworld": {"iteration": {"bf16": 42.0, "none": 136.0}, "eval": {"bf16": 75.0, "none": 128.0}, "startup": 30.0},
     "webshop": {"iteration": {"bf16": 19.0, "none": 60.0}, "eval": {"bf16": 17.0, "none": 30.0}, "startup": 30.0},
-    "sokoban": {"iteration": {"bf16": 10.5, "none": 34.0}, "eval": {"bf16": 6.0, "none": 10.0}, "startup": 15.0},
+    "sokoban": {"iteration": {"bf16": 10.5, "none": 17.0}, "eval": {"bf16": 6.0, "none": 10.0}, "startup": 15.0},
 }
 
 
@@ -392,8 +394,12 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
     )
     from gigpo.learner.precision import resolve_autocast
 
-    autocast = resolve_autocast(load_config(args.config, args.budget_overrides).train.autocast)
+    cfg, base = load_config(args.config, args.budget_overrides), load_config(args.config, [])
+    autocast = resolve_autocast(cfg.train.autocast)
     cost["iteration"], cost["eval"] = cost["iteration"][autocast], cost["eval"][autocast]
+    # the defaults are for the config's batch and eval size: an iteration costs about its episodes
+    cost["iteration"] *= (cfg.env.tasks_per_iter * cfg.env.group_size) / (base.env.tasks_per_iter * base.env.group_size)
+    cost["eval"] *= cfg.env.eval_tasks / max(base.env.eval_tasks, 1)
     done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
     done = [d for d in done if d and d["train"]]
     if done:
@@ -446,20 +452,22 @@ def main(argv=None) -> int:
             )
     minutes, how = estimate_minutes(args, runs)
     print(f"estimate: ~{minutes:.0f} min wall ({how})", flush=True)
-    (args.runs_dir / "plan.json").write_text(
-        json.dumps(
-            {
-                "family": args.family,
-                "sft_dir": sft_dir,
-                "iterations": args.iterations,
-                "eval_every": args.eval_every,
-                "base_config": str(args.config),
-                "budget_overrides": args.budget_overrides,
-                "runs": [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in runs],
-            },
-            indent=1,
+    # a dry run beside a comparison in progress leaves its plan (and start checkpoint) alone
+    if not (args.dry_run and (args.runs_dir / "plan.json").exists()):
+        (args.runs_dir / "plan.json").write_text(
+            json.dumps(
+                {
+                    "family": args.family,
+                    "sft_dir": sft_dir,
+                    "iterations": args.iterations,
+                    "eval_every": args.eval_every,
+                    "base_config": str(args.config),
+                    "budget_overrides": args.budget_overrides,
+                    "runs": [{k: str(v) if isinstance(v, Path) else v for k, v in r.items()} for r in runs],
+                },
+                indent=1,
+            )
         )
-    )
     if args.dry_run:
         return 0
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

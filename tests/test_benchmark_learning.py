@@ -151,6 +151,16 @@ def test_dry_run_prints_an_estimate_and_runs_nothing(tmp_path):
     plan = json.loads((tmp_path / "runs" / "plan.json").read_text())
     assert len(plan["runs"]) == 18 and not (tmp_path / "out").exists()
     assert {r["same_as"] for r in plan["runs"] if "same_as" in r} == {"grpo-s0", "grpo-s1", "grpo-s2"}
+    # a dry run beside a comparison leaves that comparison's plan (its start checkpoint) alone
+    live = tmp_path / "runs" / "plan.json"
+    live.write_text(json.dumps({"sft_dir": "/models/sft-live"}))
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--dry-run", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(live.read_text()) == {"sft_dir": "/models/sft-live"}
     again = subprocess.run(
         [sys.executable, str(SCRIPT), "--dry-run", "--rerun-identical", "--runs-dir", str(tmp_path / "runs2")],
         capture_output=True,
@@ -274,6 +284,10 @@ def test_sokoban_budget_is_planned_with_guards_off(tmp_path):
     assert cfg.guard.val_every == 0 and not cfg.guard.watchdog
     minutes, how = L.estimate_minutes(args, L.plan_runs(args, "/models/sft"))
     assert minutes > 0 and "measured" in how
+    # eight times the rooms per iteration: about eight times an iteration's default cost
+    big = L.parse_args(["--family", "sokoban", "--runs-dir", str(tmp_path / "big"), "env.tasks_per_iter=32"])
+    more, _ = L.estimate_minutes(big, L.plan_runs(big, "/models/sft"))
+    assert 5 * minutes < more < 8 * minutes
 
 
 def test_export_keeps_step_group_histograms_and_family_eval_metrics(tmp_path):
