@@ -32,6 +32,19 @@ def test_eta_is_the_mean_iteration_time_times_the_iterations_left(monkeypatch):
     assert p.iteration_done() == ""  # the last iteration has no ETA
 
 
+def test_an_iteration_that_spans_a_suspended_run_does_not_inflate_the_eta(monkeypatch):
+    import gigpo.train.progress as P
+
+    now = [0.0]
+    monkeypatch.setattr(P.time, "perf_counter", lambda: now[0])
+    p = RunProgress(total=20, done=0, enabled=False)
+    p.begin()
+    for secs in (90.0, 100.0, 90.0 + 2700.0, 80.0):  # the third ran across 45 minutes of Ctrl-Z
+        now[0] += secs
+        p.iteration_done()
+    assert p.eta() == pytest.approx(16 * 90.0)  # the mean of 90, 100 and 80, 16 left
+
+
 def test_eta_leaves_out_the_evals_before_the_loop_and_adds_the_validations_and_eval_still_due(monkeypatch):
     import gigpo.train.progress as P
 

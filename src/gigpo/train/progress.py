@@ -7,6 +7,7 @@ ETA too, so a log redirected to a file has it.
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from typing import Callable
@@ -53,7 +54,8 @@ class RunProgress:
     evaluation while one runs.
 
     The ETA is the mean iteration time of this process's loop (from ``begin``; the evaluation and
-    validation before training are not iterations) times the iterations left, plus the
+    validation before training are not iterations; an iteration over 4x the median, a run
+    suspended and continued, is left out) times the iterations left, plus the
     validations still due (``plan``: every ``val_every`` iterations and the last) at the last
     validation's time, plus the held-out evaluation after the loop at the time the one before
     training took. Time spent in validations and evaluations inside the loop (``spent``) is counted
@@ -64,9 +66,10 @@ class RunProgress:
     """
 
     def __init__(self, total: int, done: int, *, enabled: bool) -> None:
-        self.total, self.done, self.start_done = total, done, done
+        self.total, self.done = total, done
         self.t0 = time.perf_counter()
-        self.aside = 0.0  # seconds of the loop spent in validations and evaluations
+        self.aside = 0.0  # seconds of the current iteration spent in validations and evaluations
+        self.times: list[float] = []  # each iteration's seconds in this process, evaluations aside
         self.val_every, self.eval_every = 0, 0
         self.val_seconds: float | None = None  # a validation's time, the last measured
         self.end_seconds: float | None = None  # a held-out evaluation's time
@@ -95,7 +98,7 @@ class RunProgress:
 
     def begin(self) -> None:
         """The training loop starts now: iteration times count from here."""
-        self.t0, self.start_done, self.aside = time.perf_counter(), self.done, 0.0
+        self.t0, self.aside, self.times = time.perf_counter(), 0.0, []
 
     def spent(self, seconds: float, *, validation: bool = False) -> None:
         """``seconds`` of the loop went to an evaluation (a validation: its time is the next ones')."""
@@ -112,10 +115,11 @@ class RunProgress:
 
     def eta(self) -> float | None:
         """Seconds to the run's end (see the class); None before the first iteration."""
-        n = self.done - self.start_done
-        if n <= 0:
+        if not self.times:
             return None
-        per = max(time.perf_counter() - self.t0 - self.aside, 0.0) / n
+        mid = statistics.median(self.times)
+        typical = [t for t in self.times if t <= 4 * mid]
+        per = sum(typical) / len(typical)
         evals = self.due(self.eval_every, last=False) + 1
         return (
             per * (self.total - self.done)
@@ -126,6 +130,9 @@ class RunProgress:
     def iteration_done(self) -> str:
         """Advance by one iteration; returns the ETA text for the iteration line."""
         self.done += 1
+        now = time.perf_counter()
+        self.times.append(max(now - self.t0 - self.aside, 0.0))
+        self.t0, self.aside = now, 0.0
         left = self.eta()
         text = f"eta {eta_text(left)}" if left is not None and self.done < self.total else ""
         if self._p is not None and self._run is not None:
