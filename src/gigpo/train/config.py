@@ -188,8 +188,9 @@ class AlgorithmConfig(Section):
         "advantage estimator, a name registered in gigpo.advantages.ESTIMATORS: gigpo, "
         "grpo, rloo, gigpo_no_step, gigpo_no_episode, ppo (PPO with a learned critic, "
         "settings in critic.*; verl's name gae is accepted and recorded as ppo), graphgpo (step "
-        "returns from a state graph of each group's rollouts, docs/algorithm.md#graphgpo), or your "
-        "own (register)",
+        "returns from a state graph of each group's rollouts, docs/algorithm.md#graphgpo), "
+        "gigpo_eb (step baselines shrunk toward the task's mean by each group's count and spread, "
+        "docs/algorithm.md#empirical-bayes-anchor-baselines), or your own (register)",
     )
     estimator_module: str = F(
         "",
