@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -400,19 +401,28 @@ def estimate_minutes(args, runs: list[dict]) -> tuple[float, str]:
     # the defaults are for the config's batch and eval size: an iteration costs about its episodes
     cost["iteration"] *= (cfg.env.tasks_per_iter * cfg.env.group_size) / (base.env.tasks_per_iter * base.env.group_size)
     cost["eval"] *= cfg.env.eval_tasks / max(base.env.eval_tasks, 1)
-    done = [learning_report.load_run_dir(r["dir"]) for r in runs if run_state(r, args.iterations) == "done"]
-    done = [d for d in done if d and d["train"]]
-    if done:
-        its = [t["time/iteration"] for d in done for t in d["train"]]
-        evs = [e["time/eval"] for d in done for e in d["evals"] if "time/eval" in e]
-        cost["iteration"] = sum(its) / len(its)
-        cost["eval"] = sum(evs) / max(len(evs), 1) if evs else cost["eval"]
-        source = f"{len(done)} finished run(s)"
-    n_eval = 1 + (args.iterations - 1) // args.eval_every + 1 / len(args.estimators)  # before: once per seed
-    per_run = cost["startup"] + args.iterations * cost["iteration"] + n_eval * cost["eval"]
-    todo = sum(1 for r in runs if "same_as" not in r and run_state(r, args.iterations) != "done")
-    return todo * per_run / 60.0 / args.jobs, (
-        f"{todo} run(s) to do x ~{per_run / 60:.1f} min / {args.jobs} jobs (per-run cost from {source})"
+    trained = [r for r in runs if "same_as" not in r]
+    seen = {r["name"]: learning_report.load_run_dir(r["dir"]) for r in trained}
+    seen = {k: d for k, d in seen.items() if d and d["train"]}
+    if seen:  # medians: an iteration that spans a suspended run does not count
+        its = [t["time/iteration"] for d in seen.values() for t in d["train"] if "time/iteration" in t]
+        evs = [e["time/eval"] for d in seen.values() for e in d["evals"] if "time/eval" in e]
+        cost["iteration"] = statistics.median(its) if its else cost["iteration"]
+        cost["eval"] = statistics.median(evs) if evs else cost["eval"]
+        source = f"the medians of {len(seen)} run(s) so far"
+    per_eval = 1 / len(args.estimators)  # the eval before training: once per seed
+    seconds, todo = 0.0, 0
+    for r in trained:
+        if run_state(r, args.iterations) == "done":
+            continue
+        d = seen.get(r["name"])
+        at = max((t["iteration"] for t in d["train"]), default=0) if d else 0
+        left = max(args.iterations - at, 0)
+        evals = len({i for i in range(at + 1, args.iterations + 1) if i % args.eval_every == 0} | {args.iterations})
+        seconds += cost["startup"] + left * cost["iteration"] + (evals + (0 if d else per_eval)) * cost["eval"]
+        todo += 1
+    return seconds / 60.0 / args.jobs, (
+        f"{todo} run(s) to do, ~{seconds / 60 / max(todo, 1):.1f} min each / {args.jobs} jobs (costs from {source})"
     )
 
 

@@ -290,6 +290,24 @@ def test_sokoban_budget_is_planned_with_guards_off(tmp_path):
     assert 5 * minutes < more < 8 * minutes
 
 
+def test_the_estimate_counts_what_partial_runs_have_left_at_their_median_iteration_time(tmp_path):
+    args = L.parse_args(["--family", "sokoban", "--estimators", "gigpo_mean_norm,grpo", "--seeds", "0"])
+    args.runs_dir = tmp_path
+    runs = L.plan_runs(args, "/models/sft")
+    first = runs[0]["dir"]
+    first.mkdir()
+    # 4 of 10 iterations at 10 s, one of them across a suspended run; evals of 20 s
+    its = [10.0, 10.0, 3000.0, 10.0]
+    lines = [{"iteration": 0, "tag": "eval_before", "time/eval": 20.0, "eval/success": 0.5}]
+    lines += [{"iteration": i + 1, "tag": "train", "time/iteration": t} for i, t in enumerate(its)]
+    (first / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    minutes, how = L.estimate_minutes(args, runs)
+    startup = L.DEFAULT_COST["sokoban"]["startup"]
+    # run 1: 6 iterations and the eval after the last; run 2: all 10, the eval after, its share of the before
+    want = (startup + 6 * 10 + 20) + (startup + 10 * 10 + (1 + 0.5) * 20)
+    assert minutes == pytest.approx(want / 60 / args.jobs) and "medians of 1 run(s)" in how
+
+
 def test_export_keeps_step_group_histograms_and_family_eval_metrics(tmp_path):
     run = tmp_path / "gigpo_mean_norm-s1"
     run.mkdir()
