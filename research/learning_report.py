@@ -277,9 +277,10 @@ def outcome_keys(summaries: list[dict]) -> list[str]:
     return [k for k in OUTCOMES if any(k in f for f in fins)]
 
 
-def paired_vs_grpo(groups: dict[str, list[dict]], variant: str) -> list[float]:
-    """Final held-out success of ``variant`` minus GRPO's, per seed both finished (same tasks, same start)."""
-    base = {r["seed"]: final_eval(r) for r in groups.get("grpo", []) if final_eval(r)}
+def paired_vs_grpo(groups: dict[str, list[dict]], variant: str, against: str = "grpo") -> list[float]:
+    """Final held-out success of ``variant`` minus ``against``'s (GRPO's), per seed both finished
+    (same tasks, same start)."""
+    base = {r["seed"]: final_eval(r) for r in groups.get(against, []) if final_eval(r)}
     return [
         f["eval/success"] - base[r["seed"]]["eval/success"]
         for r in groups.get(variant, [])
@@ -556,13 +557,15 @@ def _group_size_table(groups: dict[str, list[dict]], cfg: dict) -> list[str]:
 
 
 def _paired(groups: dict[str, list[dict]]) -> list[str]:
-    """GiGPO minus GRPO, paired by seed (same tasks, same start), in points."""
+    """GiGPO (and GiGPO with empirical-Bayes baselines) minus GRPO, and the latter minus GiGPO,
+    paired by seed (same tasks, same start), in points."""
     out = []
-    for v in ("gigpo_std_norm", "gigpo_mean_norm"):
-        diffs = paired_vs_grpo(groups, v)
+    pairs = [(v, "grpo") for v in ("gigpo_std_norm", "gigpo_mean_norm", "gigpo_eb_mean_norm")]
+    for v, base in [*pairs, ("gigpo_eb_mean_norm", "gigpo_mean_norm")]:
+        diffs = paired_vs_grpo(groups, v, base)
         if diffs:
             out.append(
-                f"- {v} minus grpo, final held-out success paired by seed: **{fmt(diffs)} points** "
+                f"- {v} minus {base}, final held-out success paired by seed: **{fmt(diffs)} points** "
                 f"(per seed: {', '.join(f'{d * 100:+.0f}' for d in diffs)})."
             )
     # GiGPO's extra cost: its advantage phase (returns + episode groups + anchor-state step groups

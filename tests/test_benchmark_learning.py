@@ -393,6 +393,7 @@ def _row(text, variant):
 def test_sokoban_section_has_outcome_columns_paired_differences_and_group_sizes(tmp_path):
     finals = {"gigpo_std_norm": (0.5, 0.75), "gigpo_mean_norm": (0.375, 0.5), "grpo": (0.25, 0.5), "rloo": (0.25, 0.25)}
     steps = {"gigpo_std_norm": (0.5, 1.5), "gigpo_mean_norm": (1.0, 2.0), "grpo": (2.0, 3.0), "rloo": (4.0, None)}
+    finals["gigpo_eb_mean_norm"], steps["gigpo_eb_mean_norm"] = (0.5, 0.5), (1.0, 1.0)
     res = tmp_path / "out" / "results" / "sokoban"
     res.mkdir(parents=True)
     for v, fs in finals.items():
@@ -426,6 +427,10 @@ def test_sokoban_section_has_outcome_columns_paired_differences_and_group_sizes(
     assert _row(text, "gigpo_mean_norm")[7] == R.fmt([0.125, 0.0]) == "6.2 ± 8.8"
     assert _row(text, "grpo")[7] == "-"
     assert _row(text, "rloo")[7:9] == ["-12.5 ± 17.7", "4.00 (1 of 2 seeds)"]
+    # the third arm, against GRPO and against the GiGPO it changes (+12.5 and 0 points)
+    assert _row(text, "gigpo_eb_mean_norm")[7] == R.fmt([0.25, 0.0])
+    said = "gigpo_eb_mean_norm minus gigpo_mean_norm, final held-out success paired by seed"
+    assert f"{said}: **{R.fmt([0.125, 0.0])} points**" in text
     # step-group sizes: GiGPO variants only, shares of groups averaged over the two seeds
     table = [ln for ln in text.splitlines() if ln.startswith("| gigpo_std_norm | ") and ln.count("|") == 9]
     assert len(table) == 4
