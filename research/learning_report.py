@@ -277,7 +277,7 @@ def outcome_keys(summaries: list[dict]) -> list[str]:
     return [k for k in OUTCOMES if any(k in f for f in fins)]
 
 
-def paired_vs_grpo(groups: dict[str, list[dict]], variant: str, against: str = "grpo") -> list[float]:
+def paired_diffs(groups: dict[str, list[dict]], variant: str, against: str = "grpo") -> list[float]:
     """Final held-out success of ``variant`` minus ``against``'s (GRPO's), per seed both finished
     (same tasks, same start)."""
     base = {r["seed"]: final_eval(r) for r in groups.get(against, []) if final_eval(r)}
@@ -472,7 +472,7 @@ def section(summaries: list[dict], family: str, out: Path) -> str:
         if score:
             row += f"| {fmt([f.get('eval/score', math.nan) for _, f in ok], 1.0, 3)} "
         if outcomes:
-            row += f"| {'-' if v == 'grpo' else fmt(paired_vs_grpo(groups, v))} "
+            row += f"| {'-' if v == 'grpo' else fmt(paired_diffs(groups, v))} "
             for k in outcomes:
                 xs = [f[k] for _, f in ok if isinstance(f.get(k), (int, float)) and not math.isnan(f[k])]
                 seeds = f" ({len(xs)} of {len(ok)} seeds)" if xs and len(xs) < len(ok) else ""
@@ -562,7 +562,7 @@ def _paired(groups: dict[str, list[dict]]) -> list[str]:
     out = []
     pairs = [(v, "grpo") for v in ("gigpo_std_norm", "gigpo_mean_norm", "gigpo_eb_mean_norm")]
     for v, base in [*pairs, ("gigpo_eb_mean_norm", "gigpo_mean_norm")]:
-        diffs = paired_vs_grpo(groups, v, base)
+        diffs = paired_diffs(groups, v, base)
         if diffs:
             out.append(
                 f"- {v} minus {base}, final held-out success paired by seed: **{fmt(diffs)} points** "

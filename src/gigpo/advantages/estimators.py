@@ -83,6 +83,28 @@ def step_advantage(step_returns, groups, mode: str, epsilon: float) -> np.ndarra
     return _normalise(step_returns, count, mean, std, mode, epsilon)
 
 
+def gigpo_inputs(
+    scores, step_returns, episode_ids, anchors, mode, step_weight, similarity_threshold, epsilon, anchor_key
+):
+    """``gigpo``'s inputs checked, as (scores, step_returns, episode codes, step-group labels) arrays;
+    the arguments are ``gigpo``'s. Estimators that build on GiGPO's step groups share it."""
+    n = n_rows(scores, "scores")
+    s = as_float(scores, "scores")
+    g = as_float(step_returns, "step_returns", n)
+    ep = as_codes(episode_ids, "episode_ids", n, dense=False)
+    check_mode(mode)
+    check_epsilon(epsilon)
+    if not np.isfinite(step_weight):
+        raise ValueError(f"step_weight must be a finite number (paper's omega, default 1.0), got {step_weight!r}")
+    if anchors is None:
+        raise ValueError("anchors is required for GiGPO step groups (the observation each row acted in)")
+    if similarity_threshold is None:
+        groups = exact_step_groups(ep, anchors, anchor_key)
+    else:
+        groups = similarity_step_groups(ep, anchors, similarity_threshold)
+    return s, g, ep, groups
+
+
 def gigpo(
     scores: ArrayLike,
     step_returns: ArrayLike,
@@ -111,20 +133,9 @@ def gigpo(
                   keys are equal share a step group. Ignored in similarity mode.
     Step groups never cross episode groups. Duplicated rows count twice, as in the reference.
     """
-    n = n_rows(scores, "scores")
-    s = as_float(scores, "scores")
-    g = as_float(step_returns, "step_returns", n)
-    ep = as_codes(episode_ids, "episode_ids", n, dense=False)
-    check_mode(mode)
-    check_epsilon(epsilon)
-    if not np.isfinite(step_weight):
-        raise ValueError(f"step_weight must be a finite number (paper's omega, default 1.0), got {step_weight!r}")
-    if anchors is None:
-        raise ValueError("anchors is required for GiGPO step groups (the observation each row acted in)")
-    if similarity_threshold is None:
-        groups = exact_step_groups(ep, anchors, anchor_key)
-    else:
-        groups = similarity_step_groups(ep, anchors, similarity_threshold)
+    s, g, ep, groups = gigpo_inputs(
+        scores, step_returns, episode_ids, anchors, mode, step_weight, similarity_threshold, epsilon, anchor_key
+    )
     a_e = episode_advantage(s, ep, mode, epsilon)
     a_s = step_advantage(g, groups, mode, epsilon)
     return AdvantageResult(

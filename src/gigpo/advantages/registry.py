@@ -151,8 +151,11 @@ def _need(value, what: str, name: str):
     return value
 
 
-def _register_gigpo(name: str, doc: str | None, *, fixed_step_weight: float | None = None, step_only: bool = False):
-    """Register a GiGPO estimator under ``name``.
+def _register_gigpo(
+    name: str, doc: str | None, *, fixed_step_weight: float | None = None, step_only: bool = False, fn=gigpo
+):
+    """Register a GiGPO estimator under ``name``: ``fn`` (``gigpo`` or a function with its
+    signature, e.g. ``gigpo_eb``) behind the registry's keyword inputs.
 
     ``fixed_step_weight``: the ablation's step weight, then not an option (left out of the
     signature, which is what ``estimator_options`` and ``compute_advantages`` read).
@@ -173,7 +176,7 @@ def _register_gigpo(name: str, doc: str | None, *, fixed_step_weight: float | No
         anchor_key=None,
     ):
         w = step_weight if fixed_step_weight is None else fixed_step_weight
-        res = gigpo(
+        res = fn(
             scores,
             _need(step_returns, "step_returns", name),
             episode_ids,
@@ -209,35 +212,12 @@ _register_gigpo(
     "Paper ablation: A^S only (advantages = step_weight * A^S); A^E is still reported.",
     step_only=True,
 )
-
-
-@register("gigpo_eb")
-def _gigpo_eb(
-    *,
-    scores,
-    step_returns,
-    episode_ids,
-    traj_ids,
-    anchors,
-    mode="mean_norm",
-    step_weight=1.0,
-    similarity_threshold=None,
-    epsilon=1e-6,
-    anchor_key=None,
-):
-    """GiGPO with empirical-Bayes anchor baselines (``shrinkage.gigpo_eb``): a small or noisy
-    step group's baseline is shrunk toward its task's mean return."""
-    return gigpo_eb(
-        scores,
-        _need(step_returns, "step_returns", "gigpo_eb"),
-        episode_ids,
-        _need(anchors, "anchors", "gigpo_eb"),
-        mode=mode,
-        step_weight=step_weight,
-        similarity_threshold=similarity_threshold,
-        epsilon=epsilon,
-        anchor_key=anchor_key,
-    )
+_register_gigpo(
+    "gigpo_eb",
+    "GiGPO with empirical-Bayes anchor baselines (``shrinkage.gigpo_eb``): a small or noisy step "
+    "group's baseline is shrunk toward its task's mean return.",
+    fn=gigpo_eb,
+)
 
 
 @register("grpo")

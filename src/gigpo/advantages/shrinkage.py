@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_codes, as_float, check_epsilon, check_mode, n_rows
 from ._types import AnchorKey, Anchors, ArrayLike
-from .estimators import AdvantageResult, episode_advantage
-from .grouping import exact_step_groups, similarity_step_groups
+from .estimators import AdvantageResult, episode_advantage, gigpo_inputs, group_stats
 
 
 def shrinkage_weights(step_returns: np.ndarray, groups: np.ndarray, episode_codes: np.ndarray):
     """Per step group: (kappa [G], mu_e [G], mean [G], count [G]); see the module docstring.
 
-    ``groups`` are step-group labels 0..G-1 that never cross ``episode_codes``.
+    ``groups`` are step-group labels 0..G-1 that never cross ``episode_codes`` (non-negative ints).
     """
     count = np.bincount(groups).astype(np.float64)
     mean = np.bincount(groups, weights=step_returns) / np.maximum(count, 1)
@@ -78,32 +76,20 @@ def gigpo_eb(
     """GiGPO whose step baseline is each anchor group's mean return shrunk toward its task's mean
     by the group's count and the batch's spread (module docstring). Inputs and options as
     ``gigpo``; ``episode_advantages`` is GiGPO's A^E, ``step_advantages`` the shrunk A^S."""
-    n = n_rows(scores, "scores")
-    s = as_float(scores, "scores")
-    g = as_float(step_returns, "step_returns", n)
-    ep = as_codes(episode_ids, "episode_ids", n)
-    check_mode(mode)
-    check_epsilon(epsilon)
-    if not np.isfinite(step_weight):
-        raise ValueError(f"step_weight must be a finite number (paper's omega, default 1.0), got {step_weight!r}")
-    if anchors is None:
-        raise ValueError("anchors is required for GiGPO step groups (the observation each row acted in)")
-    if similarity_threshold is None:
-        groups = exact_step_groups(ep, anchors, anchor_key)
-    else:
-        groups = similarity_step_groups(ep, anchors, similarity_threshold)
+    s, g, ep, groups = gigpo_inputs(
+        scores, step_returns, episode_ids, anchors, mode, step_weight, similarity_threshold, epsilon, anchor_key
+    )
     a_e = episode_advantage(s, ep, mode, epsilon)
-    if n == 0:
+    if len(g) == 0:
         a_s = np.zeros(0)
     else:
         kappa, mu, mean, count = shrinkage_weights(g, groups, ep)
         base = mu + kappa * (mean - mu)
         a_s = g - base[groups]
         if mode != "mean_norm":
-            dev = g - mean[groups]
-            var = np.bincount(groups, weights=dev * dev) / np.maximum(count - 1, 1)
-            std = np.where(count > 1, np.sqrt(var), 1.0)  # a singleton's std is 1, as GiGPO's
-            a_s = a_s / (std[groups] + epsilon)
+            count_r, _, std = group_stats(g, groups)
+            std = np.where(count_r == 1, 1.0, std)  # a singleton's std is 1, as GiGPO's
+            a_s = a_s / (std + epsilon)
     return AdvantageResult(
         advantages=(a_e + step_weight * a_s).astype(np.float32),
         episode_advantages=a_e.astype(np.float32),

@@ -157,7 +157,7 @@ def batched_logprobs(
         _row_key(prompts[i], responses[i], allowed[i] if allowed is not None else None) for i in range(len(prompts))
     )
     src = [first.setdefault(k, i) for i, k in enumerate(keys)]
-    rows = sorted(first.values())
+    rows = list(first.values())  # each distinct row's first index, in batch order
     P, R = [prompts[i] for i in rows], [responses[i] for i in rows]
     lengths = padded_lengths(P, R, pad_multiple)
     got: dict[int, np.ndarray] = {}
