@@ -646,6 +646,34 @@ def _eval_table(groups: dict[str, list[dict]]) -> list[str]:
             va, ba = at[v].get(it, {}), at[b].get(it, {})
             cells.append(fmt([va[s]["eval/success"] - ba[s]["eval/success"] for s in va if s in ba]))
         lines.append(f"| {it} | " + " | ".join(cells) + " |")
+    return [*lines, "", *_eval_outcomes(at)]
+
+
+def _eval_outcomes(at: dict[str, dict[int, dict[int, dict]]]) -> list[str]:
+    """The ``OUTCOMES`` at every eval, one cell per variant ("deadlock rate / steps over optimal"),
+    means over the seeds evaluated there; [] when no eval logged them."""
+    keys = [k for k in OUTCOMES if any(k in e for a in at.values() for per in a.values() for e in per.values())]
+    if not keys:
+        return []
+    names = " / ".join(OUTCOMES[k][0] for k in keys)
+    lines = [
+        f"At each eval, {names} (mean over the seeds evaluated there; a seed without a win has no steps over optimal):",
+        "",
+        "| iteration | " + " | ".join(at) + " |",
+        "|---|" + "---|" * len(at),
+    ]
+    for it in sorted({it for a in at.values() for it in a}):
+        cells = []
+        for a in at.values():
+            evals = list(a.get(it, {}).values())
+            parts = []
+            for k in keys:
+                xs = [
+                    e[k] * OUTCOMES[k][1] for e in evals if isinstance(e.get(k), (int, float)) and not math.isnan(e[k])
+                ]
+                parts.append(f"{statistics.mean(xs):.{OUTCOMES[k][2]}f}" if xs else "-")
+            cells.append(" / ".join(parts) if evals else "-")
+        lines.append(f"| {it} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 

@@ -473,15 +473,19 @@ def _long_summary(variant, seed, iterations=40, tasks=8):
                 "train_seconds": 30.0 * it,
                 "eval/success": won.count("1") / tasks,
                 "eval/won_per_task": won,
-                "eval/deadlock_rate": 0.1,
+                "eval/deadlock_rate": 0.1 * (seed + 1),
             }
         )
+        if seed != 1:  # seed 1 won nothing at any eval: no steps over optimal logged
+            s["evals"][-1]["eval/steps_over_optimal"] = 0.5 * seed + it / 100
     return s
 
 
-def _table(text, header_start):
+def _table(text, header_start, whole=False):
+    """(header cells, row cells) of the first table whose header starts with ``header_start`` (is it,
+    with ``whole``: another table's header may start with this one's)."""
     lines = text.splitlines()
-    i = next(k for k, ln in enumerate(lines) if ln.startswith(header_start))
+    i = next(k for k, ln in enumerate(lines) if (ln == header_start if whole else ln.startswith(header_start)))
     rows = []
     for ln in lines[i + 2 :]:
         if not ln.startswith("|"):
@@ -524,6 +528,12 @@ def test_a_long_comparison_reports_every_eval_training_windows_and_per_task_pair
         assert r[3] == f"{(succ('grpo', 0, it) + succ('grpo', 1, it)) / 2 * 100:.1f}"
         assert r[4] == R.fmt([succ("gigpo_mean_norm", s, it) - succ("grpo", s, it) for s in (0, 1)])
         assert r[6] == R.fmt([succ("gigpo_eb_mean_norm", s, it) - succ("gigpo_mean_norm", s, it) for s in (0, 1)])
+
+    # deadlock rate / steps over optimal at each eval, means over the seeds that logged them
+    _, rows = _table(text, "| iteration | gigpo_eb_mean_norm | gigpo_mean_norm | grpo |", whole=True)
+    assert [r[0] for r in rows] == ["0", "10", "20", "30", "40"]
+    assert rows[1][2] == f"{(0.1 + 1.1) / 2:.2f} / {(10 + 20 + 30) / 3:.1f}"  # seeds 0 and 2; 1 has no win
+    assert rows[2][2] == rows[2][3] == "0.20 / 15.0"  # seed 2 stopped at iteration 10
 
     def train(v, seed, a, b):
         return [t["rollout/success"] for t in runs[(v, seed)]["train"] if a <= t["iteration"] <= b]
