@@ -96,11 +96,10 @@ VARIANTS.update(SHRINK_VARIANTS)
 VARIANTS.update(CRITIC_VARIANTS)
 VARIANTS.update(OFF_POLICY_VARIANTS)
 
+# The head-to-head: planned first, for every seed, then the other CORE variants, then the ablations.
+HEAD = ("gigpo_std_norm", "gigpo_mean_norm", "grpo", "rloo")
 CORE = (
-    "gigpo_std_norm",
-    "gigpo_mean_norm",
-    "grpo",
-    "rloo",
+    *HEAD,
     *ANCHOR_VARIANTS,
     *GRAPH_VARIANTS,
     *SHRINK_VARIANTS,
@@ -281,13 +280,15 @@ def build_shared_sft(args) -> str:
 def plan_runs(args, sft_dir: str) -> list[dict]:
     """One dict per run: name, dir and the full override list.
 
-    Order = priority if a comparison is cut short: the head-to-head variants (CORE) for every seed
-    first, then the ablations; within a tier seeds are outer, so partial results pair up by seed.
+    Order = priority if a comparison is cut short: the head-to-head (HEAD: GiGPO, GRPO, RLOO) for
+    every seed first, then the other CORE variants (anchors, GraphGPO, shrinkage, critic, one step
+    off), then the ablations; within a tier seeds are outer, so partial results pair up by seed.
     """
     runs = []
-    order = [(seed, v) for tier in (True, False) for seed in args.seeds for v in args.estimators if (v in CORE) == tier]
+    tier = {v: 0 if v in HEAD else 1 if v in CORE else 2 for v in args.estimators}
+    order = [(seed, v) for t in (0, 1, 2) for seed in args.seeds for v in args.estimators if tier[v] == t]
     same = {} if args.rerun_identical else {v: w for v, w in IDENTICAL.items() if w in args.estimators}
-    first = next(v for v in args.estimators if v not in same)
+    first = next(v for _, v in order if v not in same)  # the seed's first run evaluates its start
     for seed, v in order:
         name = f"{v}-s{seed}"
         # Before training every variant of a seed holds the same model, eval tasks and sampling

@@ -49,6 +49,25 @@ def test_runs_share_start_seeds_and_budget_and_differ_only_in_estimator(tmp_path
         assert cfg.algorithm.estimator in ESTIMATORS and cfg.train.iterations == args.iterations
 
 
+def test_the_head_to_head_is_planned_for_every_seed_before_other_arms_and_ablations(tmp_path):
+    arms = "gigpo_no_episode,gigpo_eb_mean_norm,grpo,gigpo_mean_norm"
+    args = L.parse_args(["--runs-dir", str(tmp_path), "--seeds", "0,1", "--estimators", arms])
+    names = [r["name"] for r in L.plan_runs(args, "/models/sft")]
+    assert names == [
+        "grpo-s0",
+        "gigpo_mean_norm-s0",
+        "grpo-s1",
+        "gigpo_mean_norm-s1",
+        "gigpo_eb_mean_norm-s0",
+        "gigpo_eb_mean_norm-s1",
+        "gigpo_no_episode-s0",
+        "gigpo_no_episode-s1",
+    ]
+    # the seed's first run scores the start, once per seed, for the others to share
+    before = [r["name"] for r in L.plan_runs(args, "/models/sft") if "log.eval_before=true" in r["overrides"]]
+    assert before == ["grpo-s0", "grpo-s1"]
+
+
 def test_anchor_variants_differ_from_gigpo_std_norm_only_in_the_anchor(tmp_path):
     args = L.parse_args(
         ["--runs-dir", str(tmp_path), "--seeds", "0", "--estimators", "gigpo_std_norm,gigpo_state,grpo"]
