@@ -304,16 +304,14 @@ def paired_tasks(groups: dict[str, list[dict]], variant: str, against: str = "gr
     The standard error says how far one seed's difference could move from which tasks and which
     samples its eval drew (it does not include seed-to-seed variation of training).
     """
+    from gigpo.train.evaluator import paired_change  # the trainer's own before/after comparison
+
     base = {r["seed"]: final_eval(r) for r in groups.get(against, []) if final_eval(r)}
     out = []
     for r in groups.get(variant, []):
         f, b = final_eval(r), base.get(r["seed"])
-        a, c = (f or {}).get("eval/won_per_task"), (b or {}).get("eval/won_per_task")
-        if not a or not c or len(a) != len(c) or len(a) < 2:
-            continue
-        d = [int(x) - int(y) for x, y in zip(a, c)]
-        m, sd = mean_sd(d)
-        out.append((r["seed"], m, sd / math.sqrt(len(d))))
+        if f and b and (d := paired_change(b, f)) is not None:
+            out.append((r["seed"], *d))
     return out
 
 
@@ -650,8 +648,8 @@ def _eval_table(groups: dict[str, list[dict]]) -> list[str]:
 
 
 def _eval_outcomes(at: dict[str, dict[int, dict[int, dict]]]) -> list[str]:
-    """The ``OUTCOMES`` at every eval, one cell per variant ("deadlock rate / steps over optimal"),
-    means over the seeds evaluated there; [] when no eval logged them."""
+    """The ``OUTCOMES`` at every eval, one cell per variant (their values joined by " / ", in
+    ``OUTCOMES`` order), means over the seeds evaluated there; [] when no eval logged them."""
     keys = [k for k in OUTCOMES if any(k in e for a in at.values() for per in a.values() for e in per.values())]
     if not keys:
         return []
